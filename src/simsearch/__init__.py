@@ -1,0 +1,20 @@
+"""simsearch: vector similarity search for MIPS, quantized, sharded and string workloads."""
+
+from . import errors
+from .flat import FlatIndex
+from .hnsw import HNSWIndex
+from .index import Index, SearchResult, create_index, index_kinds, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FlatIndex",
+    "HNSWIndex",
+    "Index",
+    "SearchResult",
+    "create_index",
+    "errors",
+    "index_kinds",
+    "load",
+    "__version__",
+]

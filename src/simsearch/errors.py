@@ -1,0 +1,50 @@
+"""Typed exceptions. Every message says what was received and what is allowed."""
+
+from __future__ import annotations
+
+
+class SimsearchError(Exception):
+    """Base class of every error simsearch raises on purpose."""
+
+
+class InvalidParameterError(SimsearchError, ValueError):
+    """A parameter (k, ef, metric, a build setting) is outside its allowed range."""
+
+
+class DimensionMismatchError(SimsearchError, ValueError):
+    """Vectors whose dimension or shape does not match the index."""
+
+
+class InvalidVectorError(SimsearchError, ValueError):
+    """Vectors with NaN/Inf, or zero vectors under the cosine metric."""
+
+
+class DuplicateIdError(SimsearchError, ValueError):
+    """Ids that repeat within a batch or already exist in the index."""
+
+
+class InvalidIdError(SimsearchError, ValueError):
+    """Ids that are negative, of the wrong shape, or not integers."""
+
+
+class UnknownIdError(SimsearchError, KeyError):
+    """Ids that are not in the index (for remove)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NotTrainedError(SimsearchError, RuntimeError):
+    """add/search on an index that must be trained first."""
+
+
+class UnsupportedOperationError(SimsearchError, NotImplementedError):
+    """The index kind does not support this operation (e.g. remove)."""
+
+
+class CorruptIndexError(SimsearchError, OSError):
+    """A saved index file that is truncated, corrupted, or not an index file."""
+
+
+class DatasetUnavailableError(SimsearchError, RuntimeError):
+    """A dataset that cannot be fetched here; the message names the command that would fetch it."""

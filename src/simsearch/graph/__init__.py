@@ -1,0 +1,2 @@
+"""ip-NSW+ (design §4.3): an angular graph seeding a search on an inner-product graph.
+The ip-NSW baseline is ``simsearch.HNSWIndex(metric="ip")``."""

@@ -1,0 +1,173 @@
+"""HNSW over hnswlib. With metric "ip" this is ip-NSW, the graph baseline for MIPS."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from typing import Any
+
+import hnswlib
+import numpy as np
+
+from .index import Index, SearchResult, check_int, register
+
+_SPACES = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
+
+
+class _EfGate:
+    """hnswlib keeps ef on the index, so a search must not run while another one changes it.
+    Searches with the same ef run concurrently; a different ef waits until the index is idle."""
+
+    def __init__(self, index: hnswlib.Index):
+        self._index = index
+        self._cond = threading.Condition()
+        self._active = 0
+        self._ef = -1
+
+    def __call__(self, ef: int):
+        gate = self
+
+        class _Ctx:
+            def __enter__(self):
+                with gate._cond:
+                    while gate._active and gate._ef != ef:
+                        gate._cond.wait()
+                    if gate._ef != ef:
+                        gate._index.set_ef(ef)
+                        gate._ef = ef
+                    gate._active += 1
+
+            def __exit__(self, *exc):
+                with gate._cond:
+                    gate._active -= 1
+                    if not gate._active:
+                        gate._cond.notify_all()
+
+        return _Ctx()
+
+
+@register("hnsw")
+class HNSWIndex(Index):
+    """Hierarchical navigable small world graph (hnswlib).
+
+    Parameters
+    ----------
+    dim, metric : "ip" (ip-NSW), "cosine" or "l2".
+    M : links per node (the paper's M); level 0 keeps 2M.
+    ef_construction : beam width while building.
+    capacity : initial number of slots; grows on demand (doubling).
+    seed : hnswlib's level-assignment seed.
+    n_threads : threads used by add(); searches take ``n_threads`` per call.
+
+    Search parameters: ``ef`` (beam width, default max(k, 64); raised to k when smaller) and
+    ``n_threads`` (default 1: per-query paths and servers run single-threaded; pass -1 for all
+    cores on large batches). remove() marks items deleted (hnswlib deletion marks); their slots
+    are not reused, and a removed id may be added again.
+    """
+
+    search_params = frozenset({"ef", "n_threads"})
+
+    def __init__(
+        self,
+        dim: int,
+        metric: str = "l2",
+        M: int = 16,
+        ef_construction: int = 200,
+        capacity: int = 1024,
+        seed: int = 100,
+        n_threads: int = -1,
+    ):
+        M = check_int("M", M, 2, 1024)
+        ef_construction = check_int("ef_construction", ef_construction, 1, 1 << 20)
+        capacity = check_int("capacity", capacity, 1)
+        seed = check_int("seed", seed, 0)
+        super().__init__(
+            dim, metric, M=M, ef_construction=ef_construction, capacity=capacity, seed=seed,
+            n_threads=n_threads,
+        )
+        self._hnsw = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)
+        self._hnsw.init_index(
+            max_elements=capacity, M=M, ef_construction=ef_construction, random_seed=seed
+        )
+        self._gate = _EfGate(self._hnsw)
+        self._removed: set[int] = set()  # labels marked deleted, kept so re-adds can unmark
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        need = self._hnsw.element_count + x.shape[0]
+        cap = self._hnsw.max_elements
+        if need > cap:
+            self._hnsw.resize_index(max(need, 2 * cap))
+        self._hnsw.add_items(x, ids, num_threads=self._params["n_threads"])
+        self._removed.difference_update(ids.tolist())
+
+    def _remove(self, ids: np.ndarray) -> None:
+        for label in ids.tolist():
+            self._hnsw.mark_deleted(label)
+        self._removed.update(ids.tolist())
+
+    def _search(
+        self, q: np.ndarray, k: int, ef: int | None = None, n_threads: int = 1
+    ) -> SearchResult:
+        ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
+        n_threads = check_int("n_threads", n_threads, -1, 1024)
+        kk = min(k, len(self))
+        with self._gate(ef):
+            try:
+                labels, dist = self._hnsw.knn_query(q, k=kk, num_threads=n_threads)
+            except RuntimeError:
+                # hnswlib raises when it finds fewer than k live items (many deletions); retry
+                # one query at a time with a shrinking k and pad.
+                return self._search_padded(q, k, kk, n_threads)
+        return self._to_result(labels, dist, k)
+
+    def _search_padded(self, q, k, kk, n_threads) -> SearchResult:
+        ids = np.full((q.shape[0], k), -1, np.int64)
+        scores = np.full((q.shape[0], k), np.inf if self.metric == "l2" else -np.inf, np.float32)
+        for i in range(q.shape[0]):
+            for kq in range(kk, 0, -1):
+                try:
+                    lab, d = self._hnsw.knn_query(q[i : i + 1], k=kq, num_threads=1)
+                except RuntimeError:
+                    continue
+                r = self._to_result(lab, d, k)
+                ids[i], scores[i] = r.ids[0], r.scores[0]
+                break
+        return SearchResult(ids, scores)
+
+    def _to_result(self, labels: np.ndarray, dist: np.ndarray, k: int) -> SearchResult:
+        nq, kk = labels.shape
+        ids = np.full((nq, k), -1, np.int64)
+        ids[:, :kk] = labels.astype(np.int64)
+        if self.metric == "l2":
+            scores = np.full((nq, k), np.inf, np.float32)
+            scores[:, :kk] = dist
+        else:  # hnswlib returns 1 - similarity
+            scores = np.full((nq, k), -np.inf, np.float32)
+            scores[:, :kk] = 1.0 - dist
+        return SearchResult(ids, scores)
+
+    def _get_state(self):
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        os.close(fd)
+        try:
+            self._hnsw.save_index(tmp)
+            blob = np.fromfile(tmp, dtype=np.uint8)
+        finally:
+            os.unlink(tmp)
+        return {"capacity": int(self._hnsw.max_elements)}, {
+            "hnswlib": blob,
+            "removed": np.array(sorted(self._removed), np.int64),
+        }
+
+    def _set_state(self, meta, arrays):
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        os.close(fd)
+        try:
+            arrays["hnswlib"].tofile(tmp)
+            self._hnsw = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)
+            self._hnsw.load_index(tmp, max_elements=int(meta["capacity"]))
+        finally:
+            os.unlink(tmp)
+        self._gate = _EfGate(self._hnsw)
+        self._removed = set(arrays["removed"].tolist())

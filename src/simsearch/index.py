@@ -1,0 +1,525 @@
+"""The Index contract every index honours, its result type, input validation, the registry of
+index kinds, and the one on-disk format (``save`` / :func:`load`).
+
+Concurrency: searches may run concurrently with each other; writes (train, add, remove, save) are
+serialized by a per-index lock. Search parameters are passed per call and never stored.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import numbers
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .errors import (
+    CorruptIndexError,
+    DimensionMismatchError,
+    DuplicateIdError,
+    InvalidIdError,
+    InvalidParameterError,
+    InvalidVectorError,
+    NotTrainedError,
+    UnknownIdError,
+    UnsupportedOperationError,
+)
+
+METRICS = ("ip", "cosine", "l2")
+MAX_K = 100_000
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Top-k answers, best first. ``ids`` int64 (nq, k), -1 where fewer than k results exist.
+    ``scores`` float32 (nq, k): inner product ("ip"), cosine similarity ("cosine") or squared L2
+    distance ("l2"); padding is -inf for similarities and +inf for "l2"."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+
+    def __iter__(self) -> Iterator[np.ndarray]:  # allows `ids, scores = idx.search(...)`
+        yield self.ids
+        yield self.scores
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric != "l2"
+
+
+def pad_score(metric: str) -> float:
+    return -np.inf if higher_is_better(metric) else np.inf
+
+
+def empty_result(nq: int, k: int, metric: str) -> SearchResult:
+    return SearchResult(
+        np.full((nq, k), -1, dtype=np.int64), np.full((nq, k), pad_score(metric), np.float32)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def check_metric(metric: str, allowed: tuple[str, ...] = METRICS) -> str:
+    if metric not in allowed:
+        raise InvalidParameterError(f"metric must be one of {list(allowed)}; got {metric!r}")
+    return metric
+
+
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """An integer parameter in [lo, hi]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidParameterError(
+            f"{name} must be an integer; got {value!r} of type {type(value).__name__}"
+        )
+    value = int(value)
+    if value < lo or (hi is not None and value > hi):
+        allowed = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise InvalidParameterError(f"{name} must be in {allowed}; got {name}={value}")
+    return value
+
+
+def check_k(k: Any) -> int:
+    return check_int("k", k, 1, MAX_K)
+
+
+def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors") -> np.ndarray:
+    """Convert to C-contiguous float32 (n, dim), checking shape, finiteness and (for cosine)
+    non-zero norm over the whole batch. A 1-D input of length ``dim`` becomes one row."""
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise DimensionMismatchError(f"{what} must be a (n, {dim}) array; got {exc}") from None
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise InvalidVectorError(
+            f"{what} must be a numeric (n, {dim}) array; got dtype {arr.dtype}"
+        )
+    if arr.ndim == 1 and arr.shape[0] == dim:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != dim:
+        raise DimensionMismatchError(
+            f"{what} must have shape (n, {dim}) or ({dim},); got shape {arr.shape}"
+        )
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        raise InvalidVectorError(
+            f"{what} must be finite; row {row} holds NaN or Inf ({int((~finite).sum())} bad rows)"
+        )
+    if metric == "cosine" and arr.shape[0]:
+        zero = ~(np.abs(arr).max(axis=1) > 0)
+        if zero.any():
+            raise InvalidVectorError(
+                f"{what} must be non-zero under the cosine metric; row "
+                f"{int(np.flatnonzero(zero)[0])} is all zeros"
+            )
+    return arr
+
+
+def as_id_array(ids: Any, what: str = "ids") -> np.ndarray:
+    """A 1-D int64 array of non-negative ids."""
+    arr = np.asarray(ids)
+    if arr.ndim == 0:
+        arr = arr[None]
+    if arr.ndim != 1:
+        raise InvalidIdError(f"{what} must be a 1-D sequence of integers; got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidIdError(f"{what} must be integers; got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        raise InvalidIdError(f"{what} must be >= 0; got {int(arr.min())}")
+    return arr
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.ascontiguousarray(x / norms, dtype=np.float32)
+
+
+class IdSet:
+    """The external ids an index holds, as a sorted int64 array (compact, vectorised lookups)."""
+
+    def __init__(self, ids: np.ndarray | None = None, next_id: int = 0):
+        self.sorted = np.sort(ids) if ids is not None else np.empty(0, np.int64)
+        self.next_id = max(next_id, int(self.sorted[-1]) + 1 if self.sorted.size else 0)
+
+    def __len__(self) -> int:
+        return int(self.sorted.size)
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        if not self.sorted.size:
+            return np.zeros(ids.shape, bool)
+        pos = np.minimum(np.searchsorted(self.sorted, ids), self.sorted.size - 1)
+        return self.sorted[pos] == ids
+
+    def add(self, ids: np.ndarray) -> None:
+        if ids.size:
+            self.sorted = np.sort(np.concatenate([self.sorted, ids]))
+            self.next_id = max(self.next_id, int(ids.max()) + 1)
+
+    def remove(self, ids: np.ndarray) -> None:
+        self.sorted = self.sorted[~np.isin(self.sorted, ids)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the contract
+
+_REGISTRY: dict[str, type[Index]] = {}
+# Kinds that register on import; later index modules add one line here so load() can find them.
+_KIND_MODULES = {
+    "flat": "simsearch.flat",
+    "hnsw": "simsearch.hnsw",
+}
+
+
+def register(kind: str) -> Callable[[type[Index]], type[Index]]:
+    """Class decorator: make an Index kind loadable by :func:`load` and creatable by name."""
+
+    def deco(cls: type[Index]) -> type[Index]:
+        cls.kind = kind
+        _REGISTRY[kind] = cls
+        return cls
+
+    return deco
+
+
+def index_class(kind: str) -> type[Index]:
+    if kind not in _REGISTRY and kind in _KIND_MODULES:
+        importlib.import_module(_KIND_MODULES[kind])
+    if kind not in _REGISTRY:
+        raise InvalidParameterError(
+            f"unknown index kind {kind!r}; known kinds: {sorted(set(_KIND_MODULES) | set(_REGISTRY))}"
+        )
+    return _REGISTRY[kind]
+
+
+def index_kinds() -> list[str]:
+    return sorted(set(_KIND_MODULES) | set(_REGISTRY))
+
+
+def create_index(kind: str, dim: int, metric: str = "l2", **params: Any) -> Index:
+    """Make an index by registry name, e.g. ``create_index("hnsw", 64, "ip", M=32)``."""
+    return index_class(kind)(dim, metric=metric, **params)
+
+
+class Index:
+    """Base class of every index. Subclasses implement ``_add``, ``_search`` and, where they can,
+    ``_train`` and ``_remove``; the base validates input over the whole batch first, keeps the id
+    set, serializes writes and owns the file format.
+
+    Subclass hooks:
+      ``_add(x, ids)``: x float32 (n, dim) validated, ids int64 fresh and unique.
+      ``_search(q, k, **params) -> SearchResult``: called only when the index holds items.
+      ``_remove(ids)``: ids known to be present.
+      ``_get_state() -> (meta: dict, arrays: dict[str, ndarray])`` and
+      ``_set_state(meta, arrays)`` for persistence (``__init__`` params go in ``_params``).
+    """
+
+    kind: ClassVar[str] = "abstract"
+    metrics: ClassVar[tuple[str, ...]] = METRICS
+    #: names of per-call search parameters this index accepts
+    search_params: ClassVar[frozenset[str]] = frozenset()
+    needs_training: ClassVar[bool] = False
+
+    def __init__(self, dim: int, metric: str = "l2", **params: Any):
+        self.dim = check_int("dim", dim, 1, 1 << 16)
+        self.metric = check_metric(metric, self.metrics)
+        self._params = dict(params)  # build params, saved in the header and passed back on load
+        self._idset = IdSet()
+        self._is_trained = not self.needs_training
+        self._write_lock = threading.RLock()
+
+    # -- public API -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._idset)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self._params.items())
+        return f"{type(self).__name__}(dim={self.dim}, metric={self.metric!r}{extra}) n={len(self)}"
+
+    @property
+    def is_trained(self) -> bool:
+        return self._is_trained
+
+    def train(self, x: Any) -> None:
+        """Learn what the method needs from a sample; a no-op for indexes that learn nothing."""
+        x = as_matrix(x, self.dim, self.metric, "training vectors")
+        if not self.needs_training:
+            return
+        if x.shape[0] == 0:
+            raise InvalidParameterError("training vectors must hold at least one row; got 0")
+        with self._write_lock:
+            self._train(x)
+            self._is_trained = True
+
+    def add(self, x: Any, ids: Any = None) -> np.ndarray:
+        """Add vectors x (n, dim); ids default to consecutive integers after the largest id so far.
+        Returns the int64 ids. The whole batch is checked before anything changes."""
+        x = as_matrix(x, self.dim, self.metric)
+        with self._write_lock:
+            if not self._is_trained:
+                raise NotTrainedError(f"{type(self).__name__} must be trained before add()")
+            if ids is None:
+                ids = np.arange(self._idset.next_id, self._idset.next_id + x.shape[0], dtype=np.int64)
+            else:
+                ids = as_id_array(ids)
+                if ids.shape[0] != x.shape[0]:
+                    raise InvalidIdError(
+                        f"ids must have one entry per vector: got {ids.shape[0]} ids for "
+                        f"{x.shape[0]} vectors"
+                    )
+                uniq, counts = np.unique(ids, return_counts=True)
+                if uniq.size != ids.size:
+                    raise DuplicateIdError(
+                        f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
+                    )
+                present = self._idset.contains(ids)
+                if present.any():
+                    raise DuplicateIdError(
+                        f"ids must not already be in the index; {int(present.sum())} are, "
+                        f"e.g. id {int(ids[present][0])} (remove it first)"
+                    )
+            if x.shape[0]:
+                self._add(x, ids)
+                self._idset.add(ids)
+            return ids
+
+    def search(self, q: Any, k: int, **params: Any) -> SearchResult:
+        """Top-k for each query row. q (nq, dim) or (dim,). Per-call parameters: see the class."""
+        k = check_k(k)
+        unknown = set(params) - self.search_params
+        if unknown:
+            raise InvalidParameterError(
+                f"unknown search parameter(s) {sorted(unknown)} for {type(self).__name__}; "
+                f"allowed: {sorted(self.search_params)}"
+            )
+        q = as_matrix(q, self.dim, self.metric, "queries")
+        if not self._is_trained:
+            raise NotTrainedError(f"{type(self).__name__} must be trained before search()")
+        if len(self) == 0 or q.shape[0] == 0:
+            return empty_result(q.shape[0], k, self.metric)
+        return self._search(q, k, **params)
+
+    def remove(self, ids: Any) -> int:
+        """Remove the given ids (all must be present). Returns how many were removed."""
+        ids = as_id_array(ids)
+        with self._write_lock:
+            if np.unique(ids).size != ids.size:
+                raise DuplicateIdError("ids to remove must be unique")
+            missing = ~self._idset.contains(ids)
+            if missing.any():
+                raise UnknownIdError(
+                    f"ids to remove must be in the index; {int(missing.sum())} are not, "
+                    f"e.g. id {int(ids[missing][0])}"
+                )
+            if ids.size:
+                self._remove(ids)
+                self._idset.remove(ids)
+            return int(ids.size)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the index atomically: temporary file, fsync, rename. Readers never see half a file."""
+        with self._write_lock:
+            meta, arrays = self._get_state()
+            arrays = dict(arrays)
+            arrays["__ids__"] = self._idset.sorted
+            header = {
+                "class": self.kind,
+                "metric": self.metric,
+                "dim": self.dim,
+                "count": len(self),
+                "next_id": self._idset.next_id,
+                "trained": self._is_trained,
+                "params": self._params,
+                "meta": meta,
+            }
+            write_index_file(path, header, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Index:
+        idx = load(path)
+        if not isinstance(idx, cls):
+            raise CorruptIndexError(
+                f"{path} holds a {type(idx).__name__}, not a {cls.__name__}; use simsearch.load()"
+            )
+        return idx
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def _train(self, x: np.ndarray) -> None:
+        pass
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
+        raise NotImplementedError
+
+    def _remove(self, ids: np.ndarray) -> None:
+        raise UnsupportedOperationError(f"{type(self).__name__} does not support remove()")
+
+    def _get_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def _set_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# the file format
+#
+#   prefix   <8s I I Q   magic, format version, header length, payload length
+#   header   JSON: class, metric, dim, count, params, meta, and the array table
+#   payload  the arrays, each at a 64-byte aligned offset
+#   trailer  <I 8s       crc32 of header + payload, end magic
+# A reader checks sizes, then the checksum, before it parses anything.
+
+MAGIC = b"SIMSRCH\x00"
+END_MAGIC = b"SIMSEND\x00"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<8sIIQ")
+_TRAILER = struct.Struct("<I8s")
+_ALIGN = 64
+
+
+def _atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def write_index_file(path: str | os.PathLike, header: dict, arrays: dict[str, np.ndarray]) -> None:
+    table, offset = [], 0
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        offset = -(-offset // _ALIGN) * _ALIGN
+        table.append(
+            {"name": name, "dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset}
+        )
+        offset += arr.nbytes
+    header = dict(header, arrays=table)
+    hbytes = json.dumps(header, separators=(",", ":")).encode()
+    payload_len = offset
+
+    def write(f: io.BufferedWriter) -> None:
+        f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(hbytes), payload_len))
+        f.write(hbytes)
+        crc = zlib.crc32(hbytes)
+        pos = 0
+        for entry, arr in zip(table, arrays.values(), strict=True):
+            pad = entry["offset"] - pos
+            if pad:
+                f.write(b"\0" * pad)
+                crc = zlib.crc32(b"\0" * pad, crc)
+            buf = memoryview(np.ascontiguousarray(arr)).cast("B")
+            f.write(buf)
+            crc = zlib.crc32(buf, crc)
+            pos = entry["offset"] + buf.nbytes
+        f.write(_TRAILER.pack(crc, END_MAGIC))
+
+    _atomic_write(Path(path), write)
+
+
+def read_index_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+    """Read and verify a file written by :func:`write_index_file`; CorruptIndexError on any damage."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            buf = bytearray(size)
+            got = f.readinto(buf)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise CorruptIndexError(f"cannot read index file {path}: {exc}") from None
+    if got != size or size < _PREFIX.size + _TRAILER.size:
+        raise CorruptIndexError(f"{path} is not a simsearch index file (too short: {size} bytes)")
+    magic, version, hlen, plen = _PREFIX.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise CorruptIndexError(f"{path} is not a simsearch index file (bad magic)")
+    if version > FORMAT_VERSION:
+        raise CorruptIndexError(
+            f"{path} has format version {version}; this simsearch reads up to {FORMAT_VERSION}"
+        )
+    expected = _PREFIX.size + hlen + plen + _TRAILER.size
+    if size != expected:
+        raise CorruptIndexError(
+            f"{path} is truncated or padded: {size} bytes, header says {expected}"
+        )
+    crc, end = _TRAILER.unpack_from(buf, size - _TRAILER.size)
+    body = memoryview(buf)[_PREFIX.size : size - _TRAILER.size]
+    if end != END_MAGIC or zlib.crc32(body) != crc:
+        raise CorruptIndexError(f"{path} failed its checksum: the file is corrupted")
+    try:
+        header = json.loads(bytes(body[:hlen]))
+        payload = body[hlen:]
+        arrays = {}
+        for e in header["arrays"]:
+            dt = np.dtype(e["dtype"])
+            n = int(np.prod(e["shape"], dtype=np.int64)) * dt.itemsize
+            start = int(e["offset"])
+            if start < 0 or start + n > plen:
+                raise ValueError("array outside payload")
+            arrays[e["name"]] = np.frombuffer(payload[start : start + n], dtype=dt).reshape(
+                e["shape"]
+            )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptIndexError(f"{path} has a malformed header: {exc}") from None
+    return header, arrays
+
+
+def load(path: str | os.PathLike) -> Index:
+    """Open any saved index; its class is read from the file's header."""
+    header, arrays = read_index_file(path)
+    try:
+        cls = index_class(header["class"])
+    except InvalidParameterError:
+        raise CorruptIndexError(
+            f"{path} holds an index of unknown kind {header.get('class')!r}"
+        ) from None
+    try:
+        idx = cls(header["dim"], metric=header["metric"], **header["params"])
+        ids = arrays.pop("__ids__")
+        idx._idset = IdSet(ids.copy(), header["next_id"])
+        idx._is_trained = header["trained"]
+        idx._set_state(header["meta"], arrays)
+    except CorruptIndexError:
+        raise
+    except Exception as exc:  # a header that parses but does not describe a valid index
+        raise CorruptIndexError(f"{path} could not be restored: {exc}") from None
+    if len(idx) != header["count"]:
+        raise CorruptIndexError(f"{path}: header says {header['count']} items, found {len(idx)}")
+    return idx

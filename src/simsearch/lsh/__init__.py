@@ -1,0 +1,1 @@
+"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (design §4.1)."""

@@ -1,0 +1,1 @@
+"""Pyramid: meta-HNSW partitioning and sharded search (design §4.4, §6)."""

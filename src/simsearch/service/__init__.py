@@ -1,0 +1,1 @@
+"""The gRPC search service and its client (design §5)."""
