@@ -1,0 +1,37 @@
+"""The Index contract suite's cases. A new index joins every contract test by adding one
+``Case`` line to ``CASES``; tests/test_contract.py runs the checks over all of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import simsearch as ss
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to make one index kind for the contract suite.
+
+    make(dim, metric, train_x) returns an index ready for add() (trained where needed).
+    min_recall: recall@10 against FlatIndex on the fixture with ``search_kw``.
+    exact: results must equal the oracle's (ids by score, scores to float tolerance).
+    """
+
+    id: str
+    make: Callable[[int, str, np.ndarray], ss.Index]
+    metrics: tuple[str, ...] = ("ip", "cosine", "l2")
+    search_kw: dict = field(default_factory=dict)
+    min_recall: float = 0.9
+    exact: bool = False
+    supports_remove: bool = True
+
+
+CASES = [
+    Case("flat", lambda d, m, x: ss.FlatIndex(d, m), exact=True, min_recall=1.0),
+    # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64
+    Case("hnsw", lambda d, m, x: ss.HNSWIndex(d, m, M=16, ef_construction=100),
+         search_kw={"ef": 64}, min_recall=0.95),
+]

@@ -1,0 +1,258 @@
+"""The Index contract (design §3), checked over every index kind in tests/contract.py."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from contract import CASES, Case
+
+import simsearch as ss
+from simsearch import errors
+from simsearch.datasets import synthetic_longtail
+from simsearch.eval import recall_at_k
+
+DIM = 24
+N = 3000
+K = 10
+
+
+@pytest.fixture(scope="module")
+def data():
+    base, queries = synthetic_longtail(n=N, dim=DIM, n_queries=50, n_clusters=30, seed=7)
+    return base, queries
+
+
+def params():
+    return [pytest.param(c, m, id=f"{c.id}-{m}") for c in CASES for m in c.metrics]
+
+
+def built(case: Case, metric: str, base: np.ndarray) -> ss.Index:
+    idx = case.make(DIM, metric, base)
+    idx.add(base)
+    return idx
+
+
+def snapshot(idx: ss.Index, q: np.ndarray, case: Case):
+    r = idx.search(q, K, **case.search_kw)
+    return len(idx), r.ids.copy(), r.scores.copy()
+
+
+def assert_unchanged(before, after):
+    assert before[0] == after[0]
+    np.testing.assert_array_equal(before[1], after[1])
+    np.testing.assert_array_equal(before[2], after[2])
+
+
+@pytest.fixture(scope="module")
+def oracle(data):
+    base, queries = data
+    out = {}
+    for m in ("ip", "cosine", "l2"):
+        f = ss.FlatIndex(DIM, m)
+        f.add(base)
+        out[m] = f.search(queries, 100)
+    return out
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_recall_and_ordering(case, metric, data, oracle):
+    base, queries = data
+    idx = built(case, metric, base)
+    assert len(idx) == N and idx.dim == DIM and idx.metric == metric
+    r = idx.search(queries, K, **case.search_kw)
+    assert r.ids.shape == (len(queries), K) and r.ids.dtype == np.int64
+    assert r.scores.shape == (len(queries), K) and r.scores.dtype == np.float32
+    o = oracle[metric]
+    rec = recall_at_k(r.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base,
+                      metric=metric)
+    assert rec >= case.min_recall, f"recall@{K}={rec:.3f} < {case.min_recall}"
+    # best first
+    d = np.diff(r.scores, axis=1)
+    assert (d <= 1e-4 if metric != "l2" else d >= -1e-4).all()
+    if case.exact:
+        np.testing.assert_allclose(r.scores, o.scores[:, :K], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_single_query_and_batch_agree(case, metric, data):
+    base, queries = data
+    idx = built(case, metric, base)
+    batch = idx.search(queries[:5], K, **case.search_kw)
+    for i in range(5):
+        one = idx.search(queries[i], K, **case.search_kw)
+        assert one.ids.shape == (1, K)
+        np.testing.assert_array_equal(one.ids[0], batch.ids[i])
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_padding_and_empty(case, metric, data):
+    base, queries = data
+    idx = case.make(DIM, metric, base)
+    r = idx.search(queries[:3], K, **case.search_kw)  # empty index: padding, no error
+    assert (r.ids == -1).all()
+    assert np.isneginf(r.scores).all() if metric != "l2" else np.isposinf(r.scores).all()
+    idx.add(base[:4], ids=[10, 11, 12, 13])
+    r = idx.search(queries[:3], K, **case.search_kw)
+    assert sorted(r.ids[0, :4].tolist()) == [10, 11, 12, 13]
+    assert (r.ids[:, 4:] == -1).all()
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_ids_continue(case, metric, data):
+    base, _ = data
+    idx = case.make(DIM, metric, base)
+    assert idx.add(base[:3]).tolist() == [0, 1, 2]
+    assert idx.add(base[3:5], ids=[100, 7]).tolist() == [100, 7]
+    assert idx.add(base[5:6]).tolist() == [101]
+
+
+BAD_INPUTS = {
+    "wrong_dim": lambda b: (b[:5, :-1], None),
+    "nan": lambda b: (np.where(np.arange(5)[:, None] == 3, np.nan, b[:5]), None),
+    "inf": lambda b: (np.where(np.arange(5)[:, None] == 4, np.inf, b[:5]), None),
+    "3d": lambda b: (b[:6].reshape(2, 3, DIM), None),
+    "strings": lambda b: (np.array([["a"] * DIM]), None),
+    "dup_ids_in_batch": lambda b: (b[:3], [1000, 1001, 1000]),
+    "existing_id": lambda b: (b[:2], [1000, 5]),
+    "negative_id": lambda b: (b[:2], [1000, -1]),
+    "ids_len": lambda b: (b[:3], [1000, 1001]),
+    "float_ids": lambda b: (b[:2], [1000.5, 1001.0]),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("case,metric", params())
+def test_bad_add_is_typed_and_changes_nothing(case, metric, bad, data):
+    base, queries = data
+    idx = built(case, metric, base[:500])
+    before = snapshot(idx, queries[:5], case)
+    x, ids = BAD_INPUTS[bad](base)
+    with pytest.raises(errors.SimsearchError) as ei:
+        idx.add(x, ids=ids)
+    assert isinstance(ei.value, ValueError | TypeError)
+    assert str(ei.value)  # says what was wrong
+    assert_unchanged(before, snapshot(idx, queries[:5], case))
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_zero_vector_under_cosine(case, metric, data):
+    base, queries = data
+    idx = built(case, metric, base[:500])
+    before = snapshot(idx, queries[:5], case)
+    x = base[500:505].copy()
+    x[2] = 0
+    if metric == "cosine":
+        with pytest.raises(errors.InvalidVectorError, match="zero"):
+            idx.add(x)
+        with pytest.raises(errors.InvalidVectorError):
+            idx.search(np.zeros(DIM), K, **case.search_kw)
+        assert_unchanged(before, snapshot(idx, queries[:5], case))
+    else:
+        idx.add(x)
+        assert len(idx) == 505
+
+
+@pytest.mark.parametrize("k", [0, -1, 1.5, "3", None, True, 10**9])
+@pytest.mark.parametrize("case,metric", params())
+def test_bad_search(case, metric, k, data):
+    base, queries = data
+    idx = built(case, metric, base[:200])
+    with pytest.raises(errors.InvalidParameterError, match="k"):
+        idx.search(queries[:2], k, **case.search_kw)
+    with pytest.raises(errors.DimensionMismatchError):
+        idx.search(queries[:2, :-1], K, **case.search_kw)
+    with pytest.raises(errors.InvalidVectorError):
+        idx.search(np.full(DIM, np.nan), K, **case.search_kw)
+    with pytest.raises(errors.InvalidParameterError, match="unknown search parameter"):
+        idx.search(queries[:2], K, no_such_param=3)
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_remove(case, metric, data):
+    base, queries = data
+    idx = built(case, metric, base[:1000])
+    if not case.supports_remove:
+        with pytest.raises(errors.UnsupportedOperationError):
+            idx.remove([0])
+        return
+    first = idx.search(queries[:10], K, **case.search_kw).ids[:, 0]
+    gone = np.unique(first)
+    before = snapshot(idx, queries[:5], case)
+    with pytest.raises(errors.UnknownIdError):
+        idx.remove(np.append(gone, 10**6))
+    assert_unchanged(before, snapshot(idx, queries[:5], case))
+    assert idx.remove(gone) == gone.size
+    assert len(idx) == 1000 - gone.size
+    r = idx.search(queries[:10], K, **case.search_kw)
+    assert not np.isin(r.ids, gone).any()
+    idx.add(base[gone], ids=gone)  # a removed id may come back
+    assert len(idx) == 1000
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_save_load_identical(case, metric, data, tmp_path):
+    base, queries = data
+    idx = built(case, metric, base)
+    path = tmp_path / "x.idx"
+    idx.save(path)
+    back = ss.load(path)
+    assert type(back) is type(idx) and len(back) == len(idx)
+    assert back.dim == idx.dim and back.metric == idx.metric
+    a = idx.search(queries, K, **case.search_kw)
+    b = back.search(queries, K, **case.search_kw)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    # the loaded index keeps working: ids continue, duplicates still refused
+    assert back.add(base[:1])[0] == idx.add(base[:1])[0]
+    with pytest.raises(errors.DuplicateIdError):
+        back.add(base[:1], ids=[0])
+    assert not [p for p in os.listdir(tmp_path) if p != "x.idx"]  # no temporary left behind
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_damaged_files_raise_corrupt(case, metric, data, tmp_path):
+    base, _ = data
+    idx = built(case, metric, base[:300])
+    path = tmp_path / "x.idx"
+    idx.save(path)
+    raw = path.read_bytes()
+    rng = np.random.default_rng(0)
+    variants = {
+        "empty": b"",
+        "truncated_header": raw[:20],
+        "truncated_half": raw[: len(raw) // 2],
+        "truncated_last_byte": raw[:-1],
+        "not_an_index": b"hello world" * 10,
+    }
+    for i, pos in enumerate(rng.integers(0, len(raw), 4)):
+        flipped = bytearray(raw)
+        flipped[pos] ^= 1 << (i % 8)
+        variants[f"bitflip_{pos}"] = bytes(flipped)
+    for name, blob in variants.items():
+        bad = tmp_path / f"{name}.idx"
+        bad.write_bytes(blob)
+        with pytest.raises(errors.CorruptIndexError):
+            ss.load(bad)
+
+
+@pytest.mark.parametrize("case,metric", params())
+def test_interrupted_save_keeps_old_file(case, metric, data, tmp_path, monkeypatch):
+    base, queries = data
+    idx = built(case, metric, base[:300])
+    path = tmp_path / "x.idx"
+    idx.save(path)
+    old = path.read_bytes()
+    idx.add(base[300:400])
+
+    def crash(fd):
+        raise OSError("simulated crash during save")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="simulated"):
+        idx.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == old
+    assert os.listdir(tmp_path) == ["x.idx"]
+    assert len(ss.load(path)) == 300
