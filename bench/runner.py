@@ -1,0 +1,448 @@
+"""The benchmark runner: a YAML config -> raw results (JSON) -> Markdown table and PNG plot.
+
+Config (see ``bench/configs/``)::
+
+    name: glove-ip                     # results go to bench/results/<name>/
+    dataset: {name: glove-50, params: {n_queries: 1000}}
+    metric: ip                         # ip | cosine | l2
+    k: 10
+    timing: {rounds: 3, latency_queries: 200, min_seconds: 0.1}
+    compare: [[simsearch-hnsw, hnswlib]]   # candidate vs baseline, QPS at equal recall
+    algorithms:
+      - adapter: hnswlib               # a name in bench.adapters.ADAPTERS
+        label: hnswlib                 # optional; defaults to the adapter name
+        build: {M: 16, ef_construction: [100, 200]}   # lists expand as a product
+        search: {ef: [10, 20, 40]}                     # swept without rebuilding
+
+How it measures. Every index is built once and kept. A first pass computes recall@k and the
+method's work counter for every (index, search setting). Then ``rounds`` timing rounds each visit
+every setting of every algorithm, alternating the order between rounds, so peers that are compared
+see the same machine noise; each setting keeps its best round. Per setting and round: the whole
+query batch at each thread count (repeated until ``min_seconds``), and one-query-at-a-time latency
+on the first ``latency_queries`` queries at one thread. Latency statistics are taken over each
+query's best time across rounds (machine noise out, per-query difficulty kept).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import logging
+import os
+import platform
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from tqdm.auto import tqdm
+
+from simsearch import datasets
+from simsearch.eval import (
+    latency_stats,
+    markdown_table,
+    pareto_frontier,
+    plot_recall_qps,
+    recall_at_k,
+    thread_limit,
+)
+
+from .adapters import ADAPTERS, make_adapter
+
+log = logging.getLogger(__name__)
+
+BENCH_DIR = Path(__file__).resolve().parent
+CONFIG_DIR = BENCH_DIR / "configs"
+RESULTS_DIR = BENCH_DIR / "results"
+RESULTS_FILE = "results.json"
+TIMING_DEFAULTS = {"rounds": 3, "latency_queries": 200, "min_seconds": 0.1}
+
+
+# -- config --------------------------------------------------------------------------------------
+
+
+def config_path(name_or_path: str | os.PathLike) -> Path:
+    """A config file path, or the name of one in ``bench/configs`` (with or without .yaml)."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    for cand in (CONFIG_DIR / f"{name_or_path}.yaml", CONFIG_DIR / str(name_or_path)):
+        if cand.exists():
+            return cand
+    known = ", ".join(list_configs())
+    raise FileNotFoundError(f"no config {str(name_or_path)!r}; known configs: {known}")
+
+
+def list_configs() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def load_config(name_or_path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a YAML config; fills defaults."""
+    path = config_path(name_or_path)
+    cfg = yaml.safe_load(path.read_text())
+    for key in ("dataset", "metric", "k", "algorithms"):
+        if key not in cfg:
+            raise ValueError(f"{path}: missing key {key!r}")
+    cfg.setdefault("name", path.stem)
+    cfg["dataset"].setdefault("params", {})
+    cfg["timing"] = TIMING_DEFAULTS | cfg.get("timing", {})
+    cfg.setdefault("compare", [])
+    for algo in cfg["algorithms"]:
+        if algo.get("adapter") not in ADAPTERS:
+            raise ValueError(
+                f"{path}: unknown adapter {algo.get('adapter')!r}; known: {sorted(ADAPTERS)}"
+            )
+        algo.setdefault("label", algo["adapter"])
+        algo.setdefault("build", {})
+        algo.setdefault("search", {})
+    return cfg
+
+
+def grid(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Expand a dict whose list values are alternatives into the product of dicts."""
+    keys = list(params)
+    values = [v if isinstance(v, list) else [v] for v in params.values()]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _quiet_gc():
+    """No garbage collection pauses inside a timed region."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _batch_seconds(adapter, q, k, sp, threads: int, min_seconds: float) -> float:
+    """Best wall time of one whole-batch query call at ``threads`` threads, repeating the call
+    until ``min_seconds`` have been spent."""
+    adapter.n_threads = threads
+    best, spent = np.inf, 0.0
+    with thread_limit(threads), _quiet_gc():
+        while spent < min_seconds or not np.isfinite(best):
+            t = time.perf_counter()
+            adapter.query(q, k, **sp)
+            dt = time.perf_counter() - t
+            best, spent = min(best, dt), spent + dt
+    return best
+
+
+def _latencies(adapter, q, k, sp) -> np.ndarray:
+    """Seconds of one-query-at-a-time calls at one thread, one per row of q."""
+    adapter.n_threads = 1
+    out = np.empty(len(q))
+    with thread_limit(1), _quiet_gc():
+        for i in range(len(q)):
+            qi = q[i : i + 1]
+            t = time.perf_counter()
+            adapter.query(qi, k, **sp)
+            out[i] = time.perf_counter() - t
+    return out
+
+
+def _environment() -> dict[str, Any]:
+    import faiss
+    import hnswlib  # noqa: F401
+
+    import simsearch
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=BENCH_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    from importlib.metadata import version
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "faiss": faiss.__version__,
+        "hnswlib": version("hnswlib"),
+        "simsearch": simsearch.__version__,
+        "git_commit": commit,
+    }
+
+
+def run(
+    config: str | os.PathLike | dict,
+    out_dir: str | os.PathLike | None = None,
+    threads: list[int] | None = None,
+    rounds: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Run a benchmark config; write ``results.json`` then the report into ``out_dir``
+    (default ``bench/results/<config name>``). ``threads``: thread counts for batch QPS
+    (default 1 and all cores). Returns the output directory."""
+    cfg = config if isinstance(config, dict) else load_config(config)
+    timing = dict(cfg["timing"])
+    if rounds is not None:
+        timing["rounds"] = rounds
+    threads = sorted(set(threads or [1, os.cpu_count() or 1]))
+    out = Path(out_dir) if out_dir else RESULTS_DIR / cfg["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    metric, k = cfg["metric"], int(cfg["k"])
+
+    t0 = time.perf_counter()
+    ds = datasets.load(cfg["dataset"]["name"], **cfg["dataset"]["params"])
+    gt_ids, gt_scores = ds.ground_truth(metric, k=max(k, 100))
+    gt_ids, gt_scores = gt_ids[:, :k], gt_scores[:, :k]
+    q, base = ds.queries, ds.base
+    q_lat = q[: timing["latency_queries"]]
+    log.info(
+        "dataset %s: base %s, queries %s (%.1f s)",
+        ds.name,
+        base.shape,
+        q.shape,
+        time.perf_counter() - t0,
+    )
+
+    # builds: every index once, kept for the whole sweep
+    specs = [(a, bp) for a in cfg["algorithms"] for bp in grid(a["build"])]
+    built = []
+    for algo, bp in tqdm(specs, desc="build", disable=not progress):
+        adapter = make_adapter(algo["adapter"], metric, **bp)
+        with thread_limit(max(threads)), _quiet_gc():
+            t = time.perf_counter()
+            adapter.fit(base)
+            build_s = time.perf_counter() - t
+        log.info("built %s %s in %.2f s", algo["label"], bp, build_s)
+        built.append(
+            {
+                "algo": algo,
+                "adapter": adapter,
+                "build": bp,
+                "build_s": build_s,
+                "index_bytes": adapter.index_bytes(),
+            }
+        )
+
+    # first pass: recall and work counters (also a warm-up)
+    runs = []
+    for b in built:
+        for sp in grid(b["algo"]["search"]):
+            a = b["adapter"]
+            a.n_threads = 1
+            with thread_limit(1):
+                ids = a.query(q, k, **sp)
+            rec = recall_at_k(
+                ids, gt_ids, k, gt_scores=gt_scores, queries=q, base=base, metric=metric
+            )
+            runs.append(
+                {
+                    "algorithm": b["algo"]["label"],
+                    "adapter": a.name,
+                    "build": b["build"],
+                    "search": sp,
+                    "recall": rec,
+                    "exact": a.exact,
+                    "qps": {},
+                    "latency": {},
+                    "build_s": b["build_s"],
+                    "index_bytes": b["index_bytes"],
+                    "work": a.work(),
+                    "_adapter": a,
+                    "_lat": np.full(len(q_lat), np.inf),
+                }
+            )
+
+    def save() -> None:
+        doc = {
+            "config": cfg,
+            "threads": threads,
+            "env": env,
+            "elapsed_s": time.perf_counter() - t0,
+            "dataset": {
+                "name": ds.name,
+                "params": ds.params,
+                "n": len(base),
+                "dim": base.shape[1],
+                "n_queries": len(q),
+                "latency_queries": len(q_lat),
+            },
+            "runs": [{key: v for key, v in r.items() if not key.startswith("_")} for r in runs],
+        }
+        tmp = out / f".{RESULTS_FILE}.tmp"
+        tmp.write_text(json.dumps(doc, indent=1, default=_jsonable))
+        tmp.replace(out / RESULTS_FILE)
+
+    env = _environment()
+    save()
+
+    # timing rounds: settings that share search parameters (peers at the same ef, say) run back
+    # to back, and the order flips every round, so compared peers share the machine's noise
+    order = sorted(
+        runs, key=lambda r: (json.dumps(r["search"], sort_keys=True), _params(r["build"]))
+    )
+    total = timing["rounds"] * len(runs)
+    with tqdm(total=total, desc="sweep", disable=not progress) as bar:
+        for rnd in range(timing["rounds"]):
+            for r in order if rnd % 2 == 0 else order[::-1]:
+                a, sp = r["_adapter"], r["search"]
+                for n in threads:
+                    sec = _batch_seconds(a, q, k, sp, n, timing["min_seconds"])
+                    r["qps"][str(n)] = max(r["qps"].get(str(n), 0.0), len(q) / sec)
+                np.minimum(r["_lat"], _latencies(a, q_lat, k, sp), out=r["_lat"])
+                r["latency"] = latency_stats(r["_lat"])
+                bar.update()
+            save()
+    log.info("results in %s (%.1f s)", out / RESULTS_FILE, time.perf_counter() - t0)
+    report(out)
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(f"not JSON serializable: {type(v).__name__}")
+
+
+# -- reporting -----------------------------------------------------------------------------------
+
+
+def _params(d: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.items()) if d else "-"
+
+
+def _interp_log_qps(front: list[tuple[float, float]], recall: float) -> float | None:
+    """QPS of a Pareto frontier at ``recall`` (linear in log QPS); None outside its range."""
+    if not front or recall < front[0][0] - 1e-12 or recall > front[-1][0] + 1e-12:
+        return None
+    rs = np.array([p[0] for p in front])
+    qs = np.log(np.array([p[1] for p in front]))
+    return float(np.exp(np.interp(recall, rs, qs)))
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.3f}" if a and b else ""
+
+
+def compare(runs: list[dict], candidate: str, baseline: str, threads: str) -> list[dict]:
+    """Rows comparing ``candidate`` to ``baseline``: the candidate's QPS over the baseline's,
+    both at the same search setting (where build settings match too) and at equal recall
+    (the baseline's Pareto frontier interpolated at the candidate's recall)."""
+    cand = [r for r in runs if r["algorithm"] == candidate and r["qps"]]
+    base = [r for r in runs if r["algorithm"] == baseline and r["qps"]]
+    front = pareto_frontier([(r["recall"], r["qps"][threads]) for r in base])
+    rows = []
+    for c in sorted(cand, key=lambda r: r["recall"]):
+        twin = next(
+            (b for b in base if b["build"] == c["build"] and b["search"] == c["search"]), None
+        )
+        at_recall = _interp_log_qps(front, c["recall"])
+        rows.append(
+            {
+                "build": _params(c["build"]),
+                "search": _params(c["search"]),
+                f"recall ({candidate})": f"{c['recall']:.4f}",
+                f"recall ({baseline})": f"{twin['recall']:.4f}" if twin else "",
+                f"QPS ({candidate})": f"{c['qps'][threads]:,.0f}",
+                f"QPS ({baseline})": f"{twin['qps'][threads]:,.0f}" if twin else "",
+                "QPS ratio, same setting": _ratio(c["qps"][threads], twin and twin["qps"][threads]),
+                "QPS ratio, equal recall": _ratio(c["qps"][threads], at_recall),
+                "mean latency ratio": _ratio(
+                    c["latency"].get("mean_ms"), twin and twin["latency"].get("mean_ms")
+                ),
+            }
+        )
+    return rows
+
+
+def report(out_dir: str | os.PathLike) -> tuple[Path, list[Path]]:
+    """Derive ``results.md`` and recall/QPS PNGs (one per thread count) from ``results.json``."""
+    out = Path(out_dir)
+    doc = json.loads((out / RESULTS_FILE).read_text())
+    cfg, runs, ds = doc["config"], doc["runs"], doc["dataset"]
+    k, threads = cfg["k"], [str(t) for t in doc["threads"]]
+    timed = [r for r in runs if r["qps"]]
+
+    pngs = []
+    for t in threads:
+        series: dict[str, list[tuple[float, float]]] = {}
+        for r in timed:
+            series.setdefault(r["algorithm"], []).append((r["recall"], r["qps"][t]))
+        pngs.append(
+            plot_recall_qps(
+                series,
+                out / f"recall_qps_{t}t.png",
+                f"{cfg['name']}: {ds['name']} n={ds['n']:,} d={ds['dim']} {cfg['metric']}, "
+                f"{t} thread{'s' if t != '1' else ''}",
+                xlabel=f"recall@{k}",
+            )
+        )
+
+    rows = []
+    for r in sorted(runs, key=lambda r: (r["algorithm"], _params(r["build"]), r["recall"])):
+        lat = r["latency"]
+        row = {
+            "algorithm": r["algorithm"],
+            "build": _params(r["build"]),
+            "search": _params(r["search"]),
+            f"recall@{k}": f"{r['recall']:.4f}",
+            "build s": f"{r['build_s']:.2f}",
+            "index MB": f"{r['index_bytes'] / 2**20:.2f}",
+            "work/query": _params({key: round(v) for key, v in (r["work"] or {}).items()}),
+            "mean ms": f"{lat['mean_ms']:.3g}" if lat else "",
+            "p99 ms": f"{lat['p99_ms']:.3g}" if lat else "",
+        }
+        for t in threads:
+            row[f"QPS {t}t"] = f"{r['qps'][t]:,.0f}" if t in r["qps"] else ""
+        rows.append(row)
+    columns = list(rows[0]) if rows else []
+    columns = (
+        columns[:4]
+        + [c for c in columns if c.startswith("QPS")]
+        + ["mean ms", "p99 ms", "build s", "index MB", "work/query"]
+    )
+
+    env = doc["env"]
+    lines = [
+        f"# {cfg['name']}",
+        "",
+        f"Dataset `{ds['name']}` {ds['params']}: {ds['n']:,} × {ds['dim']} base, "
+        f"{ds['n_queries']:,} queries; metric `{cfg['metric']}`, recall@{k} (tie-tolerant).",
+        f"QPS: whole query batch, best of {cfg['timing']['rounds']} alternating rounds, at "
+        f"{', '.join(threads)} thread(s). Latency: one query per call at 1 thread on "
+        f"{ds['latency_queries']} queries (each query's best round). Machine: {env['cpu_count']} "
+        f"cores, {env['date']}, commit {env['git_commit']}; faiss {env['faiss']}, "
+        f"hnswlib {env['hnswlib']}, numpy {env['numpy']}. Run took {doc['elapsed_s']:.0f} s.",
+        "",
+        markdown_table(rows, columns),
+        "",
+    ]
+    for cand, baseline in cfg.get("compare", []):
+        for t in threads:
+            crow = compare(timed, cand, baseline, t)
+            if crow:
+                lines += [
+                    f"## {cand} vs {baseline}, {t} thread(s)",
+                    "",
+                    markdown_table(crow, list(crow[0])),
+                    "",
+                ]
+    lines += [
+        f"![recall vs QPS, {t} thread(s)]({p.name})" for t, p in zip(threads, pngs, strict=True)
+    ]
+    md = out / "results.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md, pngs
