@@ -1,0 +1,312 @@
+"""Python client: ``simsearch.connect(address)`` and collections that behave like an Index.
+
+    import simsearch
+    client = simsearch.connect("127.0.0.1:50051", token=None, tls_ca=None)
+    col = client.create_collection("docs", dim=64, metric="ip", kind="hnsw", M=16)
+    col.add(x); res = col.search(q, 10, ef=64); col.remove([3, 4])
+
+A collection has the Index surface (``add``, ``search``, ``remove``, ``train``, ``len``, ``dim``,
+``metric``; results are :class:`simsearch.SearchResult`) and raises the same
+:mod:`simsearch.errors` types as a local index; service faults raise
+:mod:`simsearch.service.errors` types. Input is checked locally before it is sent. Batches larger
+than the server's message limit are split into several calls: a split add is then several
+writes, each durable on its own. grpc is imported only when a client is made.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import DuplicateIdError, InvalidIdError
+from ..index import SearchResult, as_id_array, as_matrix, check_k
+from .errors import ERROR_TYPE_KEY, ServiceError, error_class
+
+#: bytes kept free in every request for everything but the payload
+_REQUEST_OVERHEAD = 4096
+#: an int64 id as a protobuf varint takes at most 10 bytes
+_ID_BYTES = 10
+
+
+def connect(
+    address: str,
+    token: str | None = None,
+    tls_ca: str | os.PathLike | bytes | None = None,
+    *,
+    timeout: float = 60.0,
+    tls_server_name: str | None = None,
+    max_message_bytes: int | None = None,
+) -> Client:
+    """Connect to a node at ``host:port``.
+
+    token: bearer token sent with every call. tls_ca: PEM bytes or a path to the CA that signed
+    the server's certificate (turns TLS on). timeout: seconds each call may take (its deadline).
+    tls_server_name: the name to check the certificate against when it differs from the host.
+    max_message_bytes: split batches to this size; default: the server's advertised limit.
+    """
+    return Client(
+        address,
+        token,
+        tls_ca,
+        timeout=timeout,
+        tls_server_name=tls_server_name,
+        max_message_bytes=max_message_bytes,
+    )
+
+
+def _raise_from(err) -> None:
+    code = err.code().name if err.code() is not None else "UNKNOWN"
+    type_name = None
+    for key, value in err.trailing_metadata() or ():
+        if key == ERROR_TYPE_KEY:
+            type_name = value
+    cls = error_class(type_name, code)
+    message = err.details() or code
+    exc = cls(message, code) if issubclass(cls, ServiceError) else cls(message)
+    raise exc from None
+
+
+class Client:
+    """A connection to one node. Thread-safe; share one per process."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        tls_ca=None,
+        *,
+        timeout: float = 60.0,
+        tls_server_name: str | None = None,
+        max_message_bytes: int | None = None,
+    ):
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from . import convert
+        from .protos.simsearch.v1 import simsearch_pb2 as pb
+        from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
+
+        self._grpc, self._pb, self._convert = grpc, pb, convert
+        self._health_pb2 = health_pb2
+        self.address = address
+        self.timeout = timeout
+        # The client never refuses a size itself: it splits batches, and the server judges.
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        if tls_ca is not None:
+            ca = tls_ca if isinstance(tls_ca, bytes) else open(tls_ca, "rb").read()
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._channel = grpc.secure_channel(
+                address, grpc.ssl_channel_credentials(root_certificates=ca), options=options
+            )
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._stub = pb_grpc.SimSearchStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._info = None
+        self._max_message_bytes = max_message_bytes
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(self, method: str, request):
+        try:
+            return getattr(self._stub, method)(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+
+    @property
+    def max_message_bytes(self) -> int:
+        if self._max_message_bytes is None:
+            self._max_message_bytes = int(self.server_info()["max_message_bytes"])
+        return self._max_message_bytes
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- server -----------------------------------------------------------------------------
+
+    def server_info(self) -> dict[str, Any]:
+        r = self._call("ServerInfo", self._pb.ServerInfoRequest())
+        return {
+            "version": r.version,
+            "max_message_bytes": r.max_message_bytes,
+            "index_kinds": list(r.index_kinds),
+        }
+
+    def health(self, service: str = "") -> str:
+        """The standard health check's status name, e.g. "SERVING"."""
+        try:
+            r = self._health.Check(
+                self._health_pb2.HealthCheckRequest(service=service), timeout=self.timeout
+            )
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        return self._health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+
+    # -- collections ------------------------------------------------------------------------
+
+    def create_collection(
+        self, name: str, dim: int, metric: str = "l2", kind: str = "flat", **build_params: Any
+    ) -> RemoteCollection:
+        """Create a collection holding an index of ``kind`` (see simsearch.index_kinds())."""
+        info = self._call(
+            "CreateCollection",
+            self._pb.CreateCollectionRequest(
+                name=name,
+                dim=dim,
+                metric=metric,
+                kind=kind,
+                params_json=self._convert.dump_params(build_params),
+            ),
+        )
+        return RemoteCollection(self, info)
+
+    def collection(self, name: str) -> RemoteCollection:
+        return RemoteCollection(self, self._describe(name))
+
+    def _describe(self, name: str):
+        return self._call("DescribeCollection", self._pb.CollectionRequest(name=name))
+
+    def drop_collection(self, name: str) -> None:
+        self._call("DropCollection", self._pb.CollectionRequest(name=name))
+
+    def list_collections(self) -> list[str]:
+        r = self._call("ListCollections", self._pb.ListCollectionsRequest())
+        return [c.name for c in r.collections]
+
+
+class RemoteCollection:
+    """A collection on a node, with the Index contract's surface. Searches may run
+    concurrently; the server serializes writes."""
+
+    def __init__(self, client: Client, info):
+        self._client = client
+        self.name = info.name
+        self.dim = int(info.dim)
+        self.metric = info.metric
+        self.kind = info.kind
+        self.search_params = frozenset(info.search_params)
+        self.needs_training = bool(info.needs_training)
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteCollection({self.name!r} at {self._client.address}, kind={self.kind!r}, "
+            f"dim={self.dim}, metric={self.metric!r})"
+        )
+
+    def describe(self) -> dict[str, Any]:
+        import json
+
+        i = self._client._describe(self.name)
+        return {
+            "name": i.name,
+            "dim": i.dim,
+            "metric": i.metric,
+            "kind": i.kind,
+            "params": json.loads(i.params_json or "{}"),
+            "count": i.count,
+            "trained": i.trained,
+            "needs_training": i.needs_training,
+            "supports_remove": i.supports_remove,
+            "search_params": list(i.search_params),
+        }
+
+    def __len__(self) -> int:
+        return int(self._client._describe(self.name).count)
+
+    @property
+    def is_trained(self) -> bool:
+        return bool(self._client._describe(self.name).trained)
+
+    def _rows_per_call(self, bytes_per_row: int) -> int:
+        budget = self._client.max_message_bytes - _REQUEST_OVERHEAD
+        return max(1, budget // max(1, bytes_per_row))
+
+    def train(self, x: Any) -> None:
+        x = as_matrix(x, self.dim, self.metric, "training vectors")
+        c = self._client
+        c._call("Train", c._pb.TrainRequest(collection=self.name, vectors=c._convert.to_matrix(x)))
+
+    def add(self, x: Any, ids: Any = None, upsert: bool = False) -> np.ndarray:
+        """Add (or with ``upsert`` replace) vectors; returns their int64 ids."""
+        x = as_matrix(x, self.dim, self.metric)
+        if ids is not None:
+            ids = as_id_array(ids)
+            if ids.shape[0] != x.shape[0]:
+                raise InvalidIdError(
+                    f"ids must have one entry per vector: got {ids.shape[0]} "
+                    f"ids for {x.shape[0]} vectors"
+                )
+            uniq, counts = np.unique(ids, return_counts=True)
+            if uniq.size != ids.size:
+                raise DuplicateIdError(
+                    f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
+                )
+        c = self._client
+        step = self._rows_per_call(self.dim * 4 + _ID_BYTES)
+        out = []
+        for start in range(0, max(1, x.shape[0]), step):
+            part = x[start : start + step]
+            req = c._pb.AddRequest(
+                collection=self.name,
+                vectors=c._convert.to_matrix(part),
+                auto_ids=ids is None,
+                upsert=upsert,
+            )
+            if ids is not None:
+                req.ids.extend(ids[start : start + step].tolist())
+            out.append(np.asarray(c._call("Add", req).ids, dtype=np.int64))
+        return np.concatenate(out) if out else np.empty(0, np.int64)
+
+    def search(self, q: Any, k: int, **params: Any) -> SearchResult:
+        """Top-k per query row; per-call parameters as the collection's index kind takes them."""
+        k = check_k(k)
+        q = as_matrix(q, self.dim, self.metric, "queries")
+        c = self._client
+        pj = c._convert.dump_params(params)
+        step = self._rows_per_call(max(self.dim * 4, k * c._convert.RESULT_BYTES))
+        ids, scores = [], []
+        for start in range(0, max(1, q.shape[0]), step):
+            resp = c._call(
+                "Search",
+                c._pb.SearchRequest(
+                    collection=self.name,
+                    queries=c._convert.to_matrix(q[start : start + step]),
+                    k=k,
+                    params_json=pj,
+                ),
+            )
+            r = c._convert.from_search_response(resp)
+            ids.append(r.ids)
+            scores.append(r.scores)
+        if len(ids) == 1:
+            return SearchResult(ids[0], scores[0])
+        return SearchResult(np.concatenate(ids), np.concatenate(scores))
+
+    def remove(self, ids: Any) -> int:
+        ids = as_id_array(ids)
+        if np.unique(ids).size != ids.size:
+            raise DuplicateIdError("ids to remove must be unique")
+        c = self._client
+        step = self._rows_per_call(_ID_BYTES)
+        n = 0
+        for start in range(0, max(1, ids.size), step):
+            req = c._pb.RemoveRequest(collection=self.name, ids=ids[start : start + step].tolist())
+            n += int(c._call("Remove", req).removed)
+        return n
+
+    def snapshot(self) -> int:
+        """Make the server save this collection and start a fresh log; returns its item count."""
+        c = self._client
+        return int(c._call("Snapshot", c._pb.CollectionRequest(name=self.name)).count)

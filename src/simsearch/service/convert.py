@@ -1,0 +1,86 @@
+"""The one place that converts between numpy arrays and the protocol's messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ..errors import DimensionMismatchError, InvalidParameterError, InvalidVectorError
+from ..index import SearchResult
+from .protos.simsearch.v1 import simsearch_pb2 as pb
+
+_F32 = np.dtype("<f4")
+_I64 = np.dtype("<i8")
+#: bytes a search response needs per result besides its fixed overhead (id + score)
+RESULT_BYTES = _I64.itemsize + _F32.itemsize
+
+
+def to_matrix(x: np.ndarray) -> pb.Matrix:
+    """A C-contiguous float32 (n, d) array as a Matrix message."""
+    x = np.ascontiguousarray(x, dtype=_F32)
+    return pb.Matrix(data=x.tobytes(), rows=x.shape[0], cols=x.shape[1])
+
+
+def from_matrix(m: pb.Matrix, dim: int, what: str = "vectors") -> np.ndarray:
+    """A Matrix message as a read-only float32 (rows, cols) view, checked against ``dim``."""
+    if m.cols != dim:
+        raise DimensionMismatchError(
+            f"{what} must have shape (n, {dim}); got a matrix with {m.cols} columns"
+        )
+    expected = m.rows * m.cols * _F32.itemsize
+    if len(m.data) != expected:
+        raise InvalidVectorError(
+            f"{what}: a ({m.rows}, {m.cols}) float32 matrix needs {expected} bytes of packed "
+            f"little-endian data; got {len(m.data)}"
+        )
+    return np.frombuffer(m.data, dtype=_F32).reshape(m.rows, m.cols)
+
+
+def to_search_response(r: SearchResult) -> pb.SearchResponse:
+    ids = np.ascontiguousarray(r.ids, dtype=_I64)
+    return pb.SearchResponse(
+        rows=ids.shape[0],
+        k=ids.shape[1],
+        ids=ids.tobytes(),
+        scores=np.ascontiguousarray(r.scores, dtype=_F32).tobytes(),
+    )
+
+
+def from_search_response(resp: pb.SearchResponse) -> SearchResult:
+    shape = (resp.rows, resp.k)
+    ids = np.frombuffer(resp.ids, dtype=_I64).reshape(shape).astype(np.int64)
+    scores = np.frombuffer(resp.scores, dtype=_F32).reshape(shape).astype(np.float32)
+    return SearchResult(ids, scores)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"cannot send a parameter of type {type(o).__name__}")
+
+
+def dump_params(params: dict[str, Any]) -> str:
+    if not params:
+        return ""
+    try:
+        return json.dumps(params, default=_json_default, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameterError(f"parameters must be JSON values; {exc}") from None
+
+
+def load_params(text: str, what: str = "params_json") -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        out = json.loads(text)
+    except ValueError:
+        raise InvalidParameterError(f"{what} must be a JSON object; got invalid JSON") from None
+    if not isinstance(out, dict):
+        raise InvalidParameterError(f"{what} must be a JSON object; got {type(out).__name__}")
+    return out

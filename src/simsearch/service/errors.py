@@ -1,0 +1,135 @@
+"""Errors of the service layer, and how every simsearch error maps to a gRPC status code.
+
+Importing this module does not import grpc: codes are named by string (``grpc.StatusCode`` names).
+The client re-raises a server error as the same class the server raised, so code written against a
+local index catches the same exceptions from a remote one.
+"""
+
+from __future__ import annotations
+
+from .. import errors as core
+from ..errors import CorruptIndexError, SimsearchError
+
+#: trailing-metadata key carrying the name of the error class the server raised
+ERROR_TYPE_KEY = "simsearch-error-type"
+
+
+class ServiceError(SimsearchError, RuntimeError):
+    """A failure reported by the service (transport, auth, limits). ``code`` is the gRPC status
+    code's name."""
+
+    code = "UNKNOWN"
+
+    def __init__(self, message: str = "", code: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class CollectionNotFoundError(ServiceError, KeyError):
+    """No collection of that name."""
+
+    code = "NOT_FOUND"
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CollectionExistsError(ServiceError, ValueError):
+    """A collection of that name exists already."""
+
+    code = "ALREADY_EXISTS"
+
+
+class AuthenticationError(ServiceError, PermissionError):
+    """No bearer token, or one the server does not know."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(ServiceError, PermissionError):
+    """A read-only token used for a write."""
+
+    code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(ServiceError):
+    """A message over the size limit, or the server at its limit of concurrent calls."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class ServiceUnavailableError(ServiceError, ConnectionError):
+    """The server cannot be reached, is shutting down, or hit a transient fault: retry."""
+
+    code = "UNAVAILABLE"
+
+
+class DeadlineExceededError(ServiceError, TimeoutError):
+    """The call's deadline passed before it finished."""
+
+    code = "DEADLINE_EXCEEDED"
+
+
+class DataLossError(ServiceError, CorruptIndexError):
+    """Stored data (a snapshot or a write-ahead log record) failed its checksum."""
+
+    code = "DATA_LOSS"
+
+
+class InternalServerError(ServiceError):
+    """An unexpected server fault; details are in the server's log only."""
+
+    code = "INTERNAL"
+
+
+# Exact classes first; code_for walks the MRO, so subclasses defined later map like their parent.
+_CORE_CODES: dict[type[BaseException], str] = {
+    core.UnknownIdError: "NOT_FOUND",
+    core.DuplicateIdError: "ALREADY_EXISTS",
+    core.NotTrainedError: "FAILED_PRECONDITION",
+    core.UnsupportedOperationError: "UNIMPLEMENTED",
+    core.CorruptIndexError: "DATA_LOSS",
+    core.DatasetUnavailableError: "FAILED_PRECONDITION",
+    ValueError: "INVALID_ARGUMENT",
+    TypeError: "INVALID_ARGUMENT",
+}
+
+
+def code_for(exc: BaseException) -> str:
+    """The status code name for an exception the servicer caught."""
+    explicit = getattr(exc, "grpc_code", None)
+    if explicit:
+        return explicit
+    if isinstance(exc, ServiceError):
+        return exc.code
+    for cls in type(exc).__mro__:
+        if cls in _CORE_CODES:
+            return _CORE_CODES[cls]
+    return "INTERNAL"
+
+
+_BY_CODE: dict[str, type[ServiceError]] = {
+    cls.code: cls
+    for cls in (
+        CollectionNotFoundError,
+        CollectionExistsError,
+        AuthenticationError,
+        PermissionDeniedError,
+        ResourceExhaustedError,
+        ServiceUnavailableError,
+        DeadlineExceededError,
+        DataLossError,
+        InternalServerError,
+    )
+}
+
+
+def error_class(type_name: str | None, code: str) -> type[Exception]:
+    """The class the client raises for a server error: the server's own class when it is one of
+    simsearch's, otherwise one chosen by status code."""
+    if type_name:
+        cls = getattr(core, type_name, None) or globals().get(type_name)
+        if isinstance(cls, type) and issubclass(cls, SimsearchError):
+            return cls
+    return _BY_CODE.get(code, ServiceError)

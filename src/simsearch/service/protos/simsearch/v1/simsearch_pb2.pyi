@@ -1,0 +1,165 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Matrix(_message.Message):
+    __slots__ = ("data", "rows", "cols")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    rows: int
+    cols: int
+    def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
+class CollectionInfo(_message.Message):
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TRAINED_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_REMOVE_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dim: int
+    metric: str
+    kind: str
+    params_json: str
+    count: int
+    trained: bool
+    needs_training: bool
+    supports_remove: bool
+    search_params: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateCollectionRequest(_message.Message):
+    __slots__ = ("name", "dim", "metric", "kind", "params_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dim: int
+    metric: str
+    kind: str
+    params_json: str
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class CollectionRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DropCollectionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCollectionsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCollectionsResponse(_message.Message):
+    __slots__ = ("collections",)
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    collections: _containers.RepeatedCompositeFieldContainer[CollectionInfo]
+    def __init__(self, collections: _Optional[_Iterable[_Union[CollectionInfo, _Mapping]]] = ...) -> None: ...
+
+class TrainRequest(_message.Message):
+    __slots__ = ("collection", "vectors")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    vectors: Matrix
+    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ...) -> None: ...
+
+class TrainResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AddRequest(_message.Message):
+    __slots__ = ("collection", "vectors", "ids", "auto_ids", "upsert")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_IDS_FIELD_NUMBER: _ClassVar[int]
+    UPSERT_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    vectors: Matrix
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    auto_ids: bool
+    upsert: bool
+    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[_Iterable[int]] = ..., auto_ids: _Optional[bool] = ..., upsert: _Optional[bool] = ...) -> None: ...
+
+class AddResponse(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RemoveRequest(_message.Message):
+    __slots__ = ("collection", "ids")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RemoveResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
+class SearchRequest(_message.Message):
+    __slots__ = ("collection", "queries", "k", "params_json")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    queries: Matrix
+    k: int
+    params_json: str
+    def __init__(self, collection: _Optional[str] = ..., queries: _Optional[_Union[Matrix, _Mapping]] = ..., k: _Optional[int] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class SearchResponse(_message.Message):
+    __slots__ = ("rows", "k", "ids", "scores")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    k: int
+    ids: bytes
+    scores: bytes
+    def __init__(self, rows: _Optional[int] = ..., k: _Optional[int] = ..., ids: _Optional[bytes] = ..., scores: _Optional[bytes] = ...) -> None: ...
+
+class SnapshotResponse(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class ServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ServerInfo(_message.Message):
+    __slots__ = ("version", "max_message_bytes", "index_kinds")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INDEX_KINDS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    max_message_bytes: int
+    index_kinds: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[str] = ..., max_message_bytes: _Optional[int] = ..., index_kinds: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1,0 +1,161 @@
+"""The SimSearch servicer: validate, call the store, map exceptions to status codes.
+
+Every error a client sees names what was wrong; unexpected faults are logged here and reported as
+INTERNAL without details (no tracebacks, no paths).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+import numpy as np
+
+from .. import __version__
+from ..errors import SimsearchError
+from ..index import MAX_K, index_kinds
+from . import convert
+from .errors import ERROR_TYPE_KEY, ResourceExhaustedError, ServiceUnavailableError, code_for
+from .protos.simsearch.v1 import simsearch_pb2 as pb
+from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
+from .store import Collection, Store
+
+log = logging.getLogger(__name__)
+
+#: room left in a response for everything but the ids and scores
+_RESPONSE_OVERHEAD = 1024
+_MAX_MESSAGE_CHARS = 1000
+
+
+def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
+    """End the call with the status code for ``exc``; the message and the error's class name
+    (trailing metadata) let the client re-raise the same type."""
+    code = code_for(exc)
+    if code == "INTERNAL" or not isinstance(exc, SimsearchError):
+        log.error("internal error in %s", type(exc).__name__, exc_info=exc)
+        code, type_name = "INTERNAL", ""
+        message = "internal server error (details in the server log)"
+    else:
+        message, type_name = str(exc)[:_MAX_MESSAGE_CHARS], type(exc).__name__
+    if type_name:
+        context.set_trailing_metadata(((ERROR_TYPE_KEY, type_name),))
+    context.abort(getattr(grpc.StatusCode, code), message)
+
+
+def _rpc(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(self: SimSearchServicer, request, context: grpc.ServicerContext):
+        if self.stopping.is_set():
+            abort_with(context, ServiceUnavailableError("the server is shutting down; retry later"))
+        remaining = context.time_remaining()
+        deadline = None if remaining is None else time.monotonic() + remaining
+        try:
+            return fn(self, request, context, deadline)
+        except Exception as exc:  # every error becomes a status (abort raises past this)
+            abort_with(context, exc)
+
+    return wrapper
+
+
+def _info(col: Collection) -> pb.CollectionInfo:
+    d = col.describe()
+    return pb.CollectionInfo(
+        name=d["name"],
+        dim=d["dim"],
+        metric=d["metric"],
+        kind=d["kind"],
+        params_json=json.dumps(d["params"]),
+        count=d["count"],
+        trained=d["trained"],
+        needs_training=d["needs_training"],
+        supports_remove=d["supports_remove"],
+        search_params=d["search_params"],
+    )
+
+
+class SimSearchServicer(pb_grpc.SimSearchServicer):
+    def __init__(self, store: Store, max_message_bytes: int):
+        self.store = store
+        self.max_message_bytes = max_message_bytes
+        self.stopping = threading.Event()
+
+    @_rpc
+    def ServerInfo(self, request, context, deadline):
+        return pb.ServerInfo(
+            version=__version__, max_message_bytes=self.max_message_bytes, index_kinds=index_kinds()
+        )
+
+    @_rpc
+    def CreateCollection(self, request, context, deadline):
+        params = convert.load_params(request.params_json, "params_json (build parameters)")
+        col = self.store.create(
+            request.name, request.dim, request.metric or "l2", request.kind or "flat", params
+        )
+        return _info(col)
+
+    @_rpc
+    def DropCollection(self, request, context, deadline):
+        self.store.drop(request.name)
+        return pb.DropCollectionResponse()
+
+    @_rpc
+    def ListCollections(self, request, context, deadline):
+        infos = []
+        for name in self.store.names():
+            try:
+                infos.append(_info(self.store.get(name)))
+            except SimsearchError:  # dropped meanwhile, or damaged: describe says which
+                infos.append(pb.CollectionInfo(name=name))
+        return pb.ListCollectionsResponse(collections=infos)
+
+    @_rpc
+    def DescribeCollection(self, request, context, deadline):
+        return _info(self.store.get(request.name))
+
+    @_rpc
+    def Train(self, request, context, deadline):
+        col = self.store.get(request.collection)
+        col.train(
+            convert.from_matrix(request.vectors, col.config["dim"], "training vectors"),
+            deadline=deadline,
+        )
+        return pb.TrainResponse()
+
+    @_rpc
+    def Add(self, request, context, deadline):
+        col = self.store.get(request.collection)
+        x = convert.from_matrix(request.vectors, col.config["dim"])
+        ids = None if request.auto_ids else np.asarray(request.ids, dtype=np.int64)
+        out = col.add(x, ids, upsert=request.upsert, deadline=deadline)
+        return pb.AddResponse(ids=out.tolist())
+
+    @_rpc
+    def Remove(self, request, context, deadline):
+        col = self.store.get(request.collection)
+        n = col.remove(np.asarray(request.ids, dtype=np.int64), deadline=deadline)
+        return pb.RemoveResponse(removed=n)
+
+    @_rpc
+    def Search(self, request, context, deadline):
+        col = self.store.get(request.collection)
+        q = convert.from_matrix(request.queries, col.config["dim"], "queries")
+        params = convert.load_params(request.params_json, "params_json (search parameters)")
+        k = request.k
+        if 1 <= k <= MAX_K:  # out-of-range k is refused by the index with its own message
+            need = q.shape[0] * k * convert.RESULT_BYTES + _RESPONSE_OVERHEAD
+            if need > self.max_message_bytes:
+                raise ResourceExhaustedError(
+                    f"the result of {q.shape[0]} queries x k={k} would take {need} bytes, over "
+                    f"the server's message limit of {self.max_message_bytes}; send fewer queries "
+                    "per call (the Python client splits batches for you)"
+                )
+        return convert.to_search_response(col.search(q, k, params, deadline=deadline))
+
+    @_rpc
+    def Snapshot(self, request, context, deadline):
+        return pb.SnapshotResponse(count=self.store.get(request.name).snapshot(deadline=deadline))

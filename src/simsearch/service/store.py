@@ -1,0 +1,416 @@
+"""Durable named collections on disk: an index per collection, a write-ahead log, snapshots.
+
+Layout under the data directory::
+
+    collections/<name>/collection.json     dim, metric, kind, build params (written once)
+    collections/<name>/snapshot-<g>.idx    the index as of generation g (Index.save: atomic)
+    collections/<name>/wal-<g>.log         every write since snapshot g (see wal.py)
+
+State = the newest snapshot (or an empty index at g = 0) + replay of its log. A snapshot writes
+snapshot-<g+1>, then opens an empty wal-<g+1>, then deletes generation g: a crash at any point
+leaves either the old pair or the new snapshot (whose log is empty or absent), both complete.
+
+Every write is applied to the in-memory index and then appended to the log and fsynced before it
+is acknowledged; a write whose log append fails is undone by reloading the collection from disk.
+Writes on a collection are serialized; searches run concurrently with each other and wait only
+while a write changes the index.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    CorruptIndexError,
+    DuplicateIdError,
+    InvalidIdError,
+    InvalidParameterError,
+    NotTrainedError,
+)
+from ..index import Index, SearchResult, as_id_array, as_matrix, create_index, load
+from . import wal as walmod
+from .errors import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    DataLossError,
+    DeadlineExceededError,
+    ServiceUnavailableError,
+)
+from .wal import WriteAheadLog, fsync_dir
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_SNAP_RE = re.compile(r"^snapshot-(\d+)\.idx$")
+_WAL_RE = re.compile(r"^wal-(\d+)\.log$")
+DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise InvalidParameterError(
+            "collection name must be 1-128 characters of letters, digits, '_', '.' or '-', "
+            f"starting with a letter or digit; got {name!r}"
+        )
+    return name
+
+
+def _timeout(deadline: float | None) -> float:
+    if deadline is None:
+        return -1
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise DeadlineExceededError("the call's deadline passed before it could start")
+    return left
+
+
+class RWLock:
+    """Many readers or one writer; a waiting writer keeps new readers out (no starvation)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting_writers = 0
+
+    @contextmanager
+    def read(self, deadline: float | None = None):
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: not self._writer and not self._waiting_writers,
+                None if deadline is None else max(0.0, deadline - time.monotonic()),
+            )
+            if not ok:
+                raise DeadlineExceededError(
+                    "the call's deadline passed while a write held the collection"
+                )
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self):
+        with self._cond:
+            self._waiting_writers += 1
+            try:
+                self._cond.wait_for(lambda: not self._writer and not self._readers)
+            finally:
+                self._waiting_writers -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+def _check_unique(ids: np.ndarray, what: str) -> None:
+    """A batch that repeats an id is a bad argument (INVALID_ARGUMENT), unlike an id that
+    clashes with a stored one (ALREADY_EXISTS); both are DuplicateIdError, as in process."""
+    uniq, counts = np.unique(ids, return_counts=True)
+    if uniq.size != ids.size:
+        exc = DuplicateIdError(f"{what}; id {int(uniq[counts > 1][0])} repeats")
+        exc.grpc_code = "INVALID_ARGUMENT"
+        raise exc
+
+
+def _supports_remove(index: Index) -> bool:
+    return type(index)._remove is not Index._remove
+
+
+def _upsert(index: Index, x: np.ndarray, ids: np.ndarray) -> None:
+    """Replace the vectors of ids that exist and add the others; checked before anything changes."""
+    present = index._idset.contains(ids)
+    if present.any():
+        index.remove(ids[present])
+    index.add(x, ids)
+
+
+def _apply(index: Index, rec: walmod.Record) -> None:
+    """Replay one log record."""
+    if rec.op == walmod.OP_REMOVE:
+        index.remove(np.frombuffer(rec.blobs[0], np.int64))
+        return
+    x = np.frombuffer(rec.blobs[0], np.float32).reshape(-1, index.dim)
+    if rec.op == walmod.OP_TRAIN:
+        index.train(x)
+    elif rec.op == walmod.OP_ADD:
+        index.add(x, np.frombuffer(rec.blobs[1], np.int64))
+    elif rec.op == walmod.OP_UPSERT:
+        _upsert(index, x, np.frombuffer(rec.blobs[1], np.int64))
+    else:
+        raise ValueError(f"unknown log op {rec.op}")
+
+
+class Collection:
+    """One named index with its log. Thread-safe."""
+
+    def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES):
+        self.name = name
+        self.path = path
+        self.snapshot_wal_bytes = snapshot_wal_bytes
+        self.config = json.loads((path / "collection.json").read_text())
+        self.index: Index | None = None
+        self.damaged: str | None = None  # why the collection cannot be served (DATA_LOSS)
+        self.generation = 0
+        self._wal: WriteAheadLog | None = None
+        self._writer = threading.Lock()  # one write at a time, including its fsync
+        self._rw = RWLock()  # searches share; applying a write is exclusive
+        self.recover()
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def _new_index(self) -> Index:
+        c = self.config
+        return create_index(c["kind"], c["dim"], c["metric"], **c["params"])
+
+    def recover(self) -> None:
+        """Load the newest snapshot and replay its log (dropping a torn last record)."""
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
+        files = os.listdir(self.path)
+        gens = [int(m.group(1)) for f in files if (m := _SNAP_RE.match(f))]
+        g = max(gens, default=0)
+        try:
+            index = load(self.path / f"snapshot-{g}.idx") if g else self._new_index()
+            records, torn = WriteAheadLog.recover(self.path / f"wal-{g}.log")
+            if torn:
+                log.warning("collection %s: dropped a torn last log record", self.name)
+            for rec in records:
+                _apply(index, rec)
+        except CorruptIndexError as exc:
+            self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery", exc)
+            return
+        except Exception as exc:  # a record that no longer applies: the log is inconsistent
+            self._mark_damaged(f"collection {self.name!r} could not replay its log", exc)
+            return
+        for f in files:  # older generations and temporaries left by an interrupted snapshot
+            m = _SNAP_RE.match(f) or _WAL_RE.match(f)
+            if (m and int(m.group(1)) != g) or f.startswith("."):
+                (self.path / f).unlink(missing_ok=True)
+        self.index, self.generation, self.damaged = index, g, None
+        self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
+        log.info(
+            "collection %s: %d items (generation %d, %d log records)",
+            self.name,
+            len(index),
+            g,
+            len(records),
+        )
+
+    def _mark_damaged(self, why: str, exc: BaseException) -> None:
+        log.error("%s: %s", why, exc)
+        self.index, self.damaged = None, why
+
+    def _index(self) -> Index:
+        if self.damaged or self.index is None:
+            why = self.damaged or "collection is unavailable"
+            raise DataLossError(f"{why}; restore it from a backup")
+        return self.index
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        c = self.config
+        out = {
+            "name": self.name,
+            "dim": c["dim"],
+            "metric": c["metric"],
+            "kind": c["kind"],
+            "params": c["params"],
+        }
+        index = self._index()
+        out.update(
+            count=len(index),
+            trained=index.is_trained,
+            needs_training=type(index).needs_training,
+            supports_remove=_supports_remove(index),
+            search_params=sorted(type(index).search_params),
+        )
+        return out
+
+    def search(self, q: Any, k: int, params: dict, deadline: float | None = None) -> SearchResult:
+        with self._rw.read(deadline):
+            return self._index().search(q, k, **params)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, deadline: float | None):
+        if not self._writer.acquire(timeout=_timeout(deadline)):
+            raise DeadlineExceededError("the call's deadline passed while waiting for other writes")
+        try:
+            index = self._index()
+            yield index
+        finally:
+            self._writer.release()
+
+    def _log(self, op: int, meta: dict, blobs: tuple[bytes, ...]) -> None:
+        try:
+            self._wal.append(op, meta, blobs)
+        except OSError as exc:
+            log.error("collection %s: log append failed (%s); reloading from disk", self.name, exc)
+            with self._rw.write():
+                self.recover()
+            raise ServiceUnavailableError(
+                "the write could not be made durable and was not applied; retry later"
+            ) from None
+        if self._wal.size() > self.snapshot_wal_bytes:
+            self._snapshot_locked()
+
+    def add(
+        self, x: Any, ids: Any = None, upsert: bool = False, deadline: float | None = None
+    ) -> np.ndarray:
+        with self._write(deadline) as index:
+            x = as_matrix(x, index.dim, index.metric)
+            if upsert and ids is not None:
+                ids = as_id_array(ids)
+                if ids.shape[0] != x.shape[0]:
+                    raise InvalidIdError(
+                        f"ids must have one entry per vector: got {ids.shape[0]} ids for "
+                        f"{x.shape[0]} vectors"
+                    )
+                _check_unique(ids, "ids must be unique within a batch")
+                if not index.is_trained:
+                    raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
+                with self._rw.write():
+                    _upsert(index, x, ids)
+                op = walmod.OP_UPSERT
+            else:
+                if ids is not None:  # a batch that repeats an id is a bad argument, not a clash
+                    _check_unique(as_id_array(ids), "ids must be unique within a batch")
+                with self._rw.write():
+                    ids = index.add(x, ids)
+                op = walmod.OP_ADD
+            if x.shape[0]:
+                self._log(op, {"n": int(x.shape[0])}, (x.tobytes(), ids.tobytes()))
+            return ids
+
+    def remove(self, ids: Any, deadline: float | None = None) -> int:
+        with self._write(deadline) as index:
+            ids = as_id_array(ids)
+            _check_unique(ids, "ids to remove must be unique")
+            with self._rw.write():
+                n = index.remove(ids)
+            if n:
+                self._log(walmod.OP_REMOVE, {"n": n}, (ids.tobytes(),))
+            return n
+
+    def train(self, x: Any, deadline: float | None = None) -> None:
+        with self._write(deadline) as index:
+            x = as_matrix(x, index.dim, index.metric, "training vectors")
+            with self._rw.write():
+                index.train(x)
+            if type(index).needs_training:
+                self._log(walmod.OP_TRAIN, {"n": int(x.shape[0])}, (x.tobytes(),))
+
+    def snapshot(self, deadline: float | None = None) -> int:
+        """Save the index as a new generation and start an empty log. Returns the item count."""
+        with self._write(deadline) as index:
+            self._snapshot_locked()
+            return len(index)
+
+    def _snapshot_locked(self) -> None:
+        g = self.generation + 1
+        with self._rw.read():  # searches go on; writes are held by the writer lock
+            self.index.save(self.path / f"snapshot-{g}.idx")
+        new_wal = WriteAheadLog(self.path / f"wal-{g}.log")
+        old_wal, old_g = self._wal, self.generation
+        self._wal, self.generation = new_wal, g
+        old_wal.close()
+        for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log"):
+            (self.path / f).unlink(missing_ok=True)
+        fsync_dir(self.path)
+        log.info("collection %s: snapshot generation %d (%d items)", self.name, g, len(self.index))
+
+    def close(self) -> None:
+        with self._writer:
+            if self._wal is not None:
+                self._wal.close()
+
+
+class Store:
+    """The collections under one data directory."""
+
+    def __init__(
+        self, data_dir: str | os.PathLike, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES
+    ):
+        self.root = Path(data_dir) / "collections"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.snapshot_wal_bytes = snapshot_wal_bytes
+        self._lock = threading.Lock()
+        self._collections: dict[str, Collection] = {}
+        for entry in sorted(os.listdir(self.root)):
+            path = self.root / entry
+            if entry.startswith("."):  # an interrupted create or drop
+                shutil.rmtree(path, ignore_errors=True)
+            elif (path / "collection.json").exists():
+                self._collections[entry] = Collection(entry, path, snapshot_wal_bytes)
+
+    def get(self, name: str) -> Collection:
+        try:
+            return self._collections[name]
+        except KeyError:
+            raise CollectionNotFoundError(f"no collection named {name!r}") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._collections)
+
+    def create(self, name: str, dim: int, metric: str, kind: str, params: dict) -> Collection:
+        check_name(name)
+        if not isinstance(params, dict):
+            raise InvalidParameterError(f"build params must be a JSON object; got {params!r}")
+        try:
+            create_index(kind, dim, metric, **params)  # validates kind, dim, metric, params
+        except TypeError as exc:
+            raise InvalidParameterError(f"bad build parameters for kind {kind!r}: {exc}") from None
+        with self._lock:
+            if name in self._collections:
+                raise CollectionExistsError(f"a collection named {name!r} exists already")
+            tmp = self.root / f".create-{uuid.uuid4().hex}"
+            tmp.mkdir()
+            config = {"dim": dim, "metric": metric, "kind": kind, "params": params}
+            with open(tmp / "collection.json", "w") as f:
+                json.dump(config, f)
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_dir(tmp)
+            os.rename(tmp, self.root / name)
+            fsync_dir(self.root)
+            col = Collection(name, self.root / name, self.snapshot_wal_bytes)
+            self._collections[name] = col
+            return col
+
+    def drop(self, name: str) -> None:
+        with self._lock:
+            col = self.get(name)
+            del self._collections[name]
+            col.close()
+            trash = self.root / f".drop-{uuid.uuid4().hex}"
+            os.rename(col.path, trash)
+            fsync_dir(self.root)
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def close(self) -> None:
+        with self._lock:
+            for col in self._collections.values():
+                col.close()
