@@ -34,4 +34,5 @@ CASES = [
     # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64
     Case("hnsw", lambda d, m, x: ss.HNSWIndex(d, m, M=16, ef_construction=100),
          search_kw={"ef": 64}, min_recall=0.95),
+    Case("nr-lsh", lambda d, m, x: ss.create_index("nr-lsh", d, m, n_bits=16, n_ranges=8), metrics=("ip",), search_kw={"n_probe_items": 600}, min_recall=0.95),  # observed 0.99
 ]

@@ -185,6 +185,7 @@ _REGISTRY: dict[str, type[Index]] = {}
 _KIND_MODULES = {
     "flat": "simsearch.flat",
     "hnsw": "simsearch.hnsw",
+    "nr-lsh": "simsearch.lsh", "simple-lsh": "simsearch.lsh",
 }
 
 

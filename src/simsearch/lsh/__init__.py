@@ -1,1 +1,5 @@
 """Simple-LSH and Norm-Ranging LSH for maximum inner product search (design §4.1)."""
+
+from .nr_lsh import LSHSearchResult, NormRangingLSH, SimpleLSH, pair_order, pair_scores
+
+__all__ = ["LSHSearchResult", "NormRangingLSH", "SimpleLSH", "pair_order", "pair_scores"]

@@ -1,0 +1,234 @@
+"""Simple-LSH and Norm-Ranging LSH against the exact oracle on seeded long-tailed data, and the
+kernels against slow numpy references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+from simsearch import errors
+from simsearch.datasets import synthetic_longtail
+from simsearch.eval import recall_at_k
+from simsearch.lsh import NormRangingLSH, SimpleLSH, pair_order, pair_scores
+from simsearch.lsh import _kernels as K
+from simsearch.lsh.nr_lsh import RANKINGS, simple_lsh_transform
+
+DIM, N, K10 = 32, 8000, 10
+
+
+@pytest.fixture(scope="module")
+def data():
+    base, queries = synthetic_longtail(n=N, dim=DIM, n_queries=60, n_clusters=80, seed=3)
+    oracle = ss.FlatIndex(DIM, "ip")
+    oracle.add(base)
+    gt = oracle.search(queries, 100)
+    return base, queries, gt
+
+
+@pytest.fixture(scope="module")
+def nr(data):
+    idx = NormRangingLSH(DIM, n_bits=24, n_ranges=16, seed=1)
+    idx.add(data[0])
+    return idx
+
+
+@pytest.fixture(scope="module")
+def simple(data):
+    idx = SimpleLSH(DIM, n_bits=24, seed=1)
+    idx.add(data[0])
+    return idx
+
+
+def recall(res, data, k=K10):
+    base, queries, gt = data
+    return recall_at_k(res.ids, gt.ids, k, gt_scores=gt.scores, queries=queries, base=base,
+                       metric="ip")  # fmt: skip
+
+
+# -- references -----------------------------------------------------------------------------
+
+
+def ref_codes(x, U_item, projT):
+    """Sign bits of projT @ P(x) with each item's own U (numpy, float64)."""
+    x = np.asarray(x, np.float64)
+    rel = np.linalg.norm(x, axis=1) / U_item
+    P = np.concatenate([x / U_item[:, None], np.sqrt(np.maximum(1 - rel**2, 0))[:, None]], 1)
+    bits = (P @ projT.astype(np.float64).T) >= 0
+    return (bits * (np.uint64(1) << np.arange(projT.shape[0], dtype=np.uint64))).sum(
+        1, dtype=np.uint64
+    )
+
+
+def ref_probe_order(idx, q, ranking):
+    """Every bucket scored directly by the formula, sorted by (score desc, U desc, h asc,
+    range asc, bucket index asc)."""
+    b = idx.buckets()
+    L = idx.n_hash_bits
+    qbits = (idx._projT[:, :DIM].astype(np.float64) @ q.astype(np.float64)) >= 0
+    qc = int((qbits * (1 << np.arange(L))).sum())
+    nb = b["codes"].size
+    r = np.searchsorted(b["range_start"], np.arange(nb), side="right") - 1
+    h = np.array([bin(int(c) ^ qc).count("1") for c in b["codes"]])
+    s = pair_scores(b["U"], L, ranking)[r, h]
+    return np.lexsort((np.arange(nb), r, h, -b["U"][r], -s))
+
+
+def test_hash_kernel_matches_numpy(data):
+    base = data[0][:500]
+    idx = NormRangingLSH(DIM, n_bits=20, n_ranges=4, seed=5)
+    U = np.linalg.norm(base, axis=1).astype(np.float64) * 1.3
+    got = idx._hash(base, np.linalg.norm(base, axis=1), U)
+    np.testing.assert_array_equal(got, ref_codes(base, U, idx._projT))
+    # the transform puts items on the unit sphere
+    P = simple_lsh_transform(base, float(U.max()))
+    np.testing.assert_allclose(np.linalg.norm(P, axis=1), 1.0, rtol=1e-9)
+
+
+@pytest.mark.parametrize("ranking", RANKINGS)
+def test_probe_order_matches_reference(nr, data, ranking):
+    _, queries, _ = data
+    st = nr._state
+    for q in queries[:5]:
+        pr, ph = pair_order(st.U, nr.n_hash_bits, ranking)
+        got = K.probe_trace(q, nr._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, pr, ph,
+                            N + 1)  # fmt: skip
+        np.testing.assert_array_equal(got, ref_probe_order(nr, q, ranking))
+
+
+def test_simple_lsh_probes_by_hamming(simple, data):
+    st = simple._state
+    q = data[1][0]
+    pr, ph = pair_order(st.U, simple.n_hash_bits)
+    trace = K.probe_trace(q, simple._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, pr,
+                          ph, N + 1)  # fmt: skip
+    qc = int(K.hash_query(q, simple._projT))
+    h = np.array([bin(int(c) ^ qc).count("1") for c in st.bcode[trace]])
+    assert (np.diff(h) >= 0).all() and trace.size == st.bcode.size
+
+
+def test_buckets_are_compact_and_consistent(nr, data):
+    b = nr.buckets()
+    st = nr._state
+    assert b["start"][0] == 0 and b["start"][-1] == N and (np.diff(b["start"]) > 0).all()
+    assert b["range_start"][-1] == b["codes"].size
+    for r in range(nr.n_ranges):  # codes strictly increase inside a range
+        assert (np.diff(b["codes"][b["range_start"][r] : b["range_start"][r + 1]].astype(
+            np.float64)) > 0).all()  # fmt: skip
+    # every item's norm is within its range's U_j; ranges hold equal counts
+    assert (st.norms <= st.U[st.rng] * (1 + 1e-6)).all()
+    counts = np.bincount(st.rng, minlength=nr.n_ranges)
+    assert counts.max() - counts.min() <= 1
+    assert nr.n_hash_bits == 20 and nr.range_bits == 4
+
+
+# -- recall against the oracle --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ranking", RANKINGS)
+def test_recall_rises_with_probes(nr, data, ranking):
+    recs = [recall(nr.search(data[1], K10, n_probe_items=T, ranking=ranking), data)
+            for T in (50, 200, 800, 3200)]  # fmt: skip
+    assert all(b >= a - 0.02 for a, b in zip(recs, recs[1:], strict=False)), recs
+    assert recs[-1] > recs[0] + 0.2, recs
+
+
+def test_default_ranking_recall(nr, simple, data):
+    r_nr = recall(nr.search(data[1], K10, n_probe_items=800), data)
+    r_simple = recall(simple.search(data[1], K10, n_probe_items=800), data)
+    assert r_nr >= 0.85, r_nr  # observed 0.97
+    assert r_nr > r_simple + 0.1, (r_nr, r_simple)  # observed simple 0.70
+
+
+@pytest.mark.parametrize("cls", [SimpleLSH, NormRangingLSH])
+def test_full_probe_is_exact(cls, data):
+    base, queries, gt = data
+    idx = cls(DIM, n_bits=16, seed=2)
+    idx.add(base)
+    for threads in (1, 2):
+        r = idx.search(queries, 20, n_probe_items=N, n_threads=threads)
+        assert recall(r, data, 20) == 1.0
+        np.testing.assert_allclose(r.scores, gt.scores[:, :20], rtol=1e-4, atol=1e-4)
+        assert r.stats["probed_items"] == N * len(queries)
+
+
+def test_parallel_equals_serial(nr, data):
+    a = nr.search(data[1], K10, n_probe_items=500, n_threads=1)
+    b = nr.search(data[1], K10, n_probe_items=500, n_threads=2)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert a.stats == b.stats
+
+
+def test_probe_budget_is_respected(nr, data):
+    r = nr.search(data[1], K10, n_probe_items=300)
+    per_q = r.stats["probed_items"] / len(data[1])
+    biggest = np.diff(nr.buckets()["start"]).max()
+    assert 300 <= per_q <= 300 + biggest
+
+
+def test_same_seed_same_index(data):
+    a, b = NormRangingLSH(DIM, seed=4), NormRangingLSH(DIM, seed=4)
+    a.add(data[0][:2000])
+    b.add(data[0][:2000])
+    np.testing.assert_array_equal(a.buckets()["codes"], b.buckets()["codes"])
+
+
+# -- updates and parameters -----------------------------------------------------------------
+
+
+def test_add_after_build_raises_U_and_rehashes(data):
+    base, queries, _ = data
+    idx = NormRangingLSH(DIM, n_bits=24, n_ranges=8, seed=0)
+    idx.add(base[:6000])
+    U_before = idx._state.U.copy()
+    big = base[6000:6005] * 50.0  # above the top range's U_j
+    idx.add(big)
+    st = idx._state
+    assert st.U[-1] == pytest.approx(np.linalg.norm(big, axis=1).max(), rel=1e-6)
+    np.testing.assert_array_equal(st.U[:-1], np.maximum(U_before[:-1], st.U[:-1]))
+    # codes equal a fresh hash of every item under its range's current U_j
+    np.testing.assert_array_equal(st.codes, ref_codes(st.x, st.U[st.rng], idx._projT))
+    # the huge items dominate the answers now and are found with a small budget
+    x = np.concatenate([base[:6000], big])
+    gt = np.argsort(-(queries @ x.T), axis=1)[:, :5]
+    r = idx.search(queries, 5, n_probe_items=800)
+    hits = np.mean([np.isin(a, b).mean() for a, b in zip(r.ids, gt, strict=True)])
+    assert hits >= 0.85, hits  # observed 0.92
+
+
+def test_incremental_adds_match_full_probe(data):
+    base, queries, gt = data
+    idx = NormRangingLSH(DIM, n_bits=24, n_ranges=16, seed=0)
+    for s in range(0, N, 1000):  # re-cut at doubling: 1000, 3000, 7000
+        idx.add(base[s : s + 1000])
+    assert idx._state.n_partitioned == 7000
+    assert recall(idx.search(queries, K10, n_probe_items=N), data) == 1.0
+    assert recall(idx.search(queries, K10, n_probe_items=800), data) >= 0.85  # observed 0.95
+
+
+@pytest.mark.parametrize("bad", [
+    {"n_probe_items": 0}, {"n_probe_items": 1.5}, {"ranking": "best"}, {"ucb_quantile": 1.0},
+    {"n_threads": 0},
+])  # fmt: skip
+def test_bad_search_params(nr, data, bad):
+    with pytest.raises(errors.InvalidParameterError):
+        nr.search(data[1][:2], K10, **bad)
+
+
+@pytest.mark.parametrize("kw", [{"n_bits": 5, "n_ranges": 32}, {"n_bits": 65}, {"n_ranges": 0}])
+def test_bad_build_params(kw):
+    with pytest.raises(errors.InvalidParameterError):
+        NormRangingLSH(DIM, **kw)
+    with pytest.raises(errors.InvalidParameterError, match="metric"):
+        SimpleLSH(DIM, metric="l2")
+
+
+def test_registered_kinds_and_save_load(nr, data, tmp_path):
+    assert {"simple-lsh", "nr-lsh"} <= set(ss.index_kinds())
+    nr.save(tmp_path / "a.idx")
+    back = ss.load(tmp_path / "a.idx")
+    assert isinstance(back, NormRangingLSH)
+    a = nr.search(data[1], K10, n_probe_items=400)
+    b = back.search(data[1], K10, n_probe_items=400)
+    np.testing.assert_array_equal(a.ids, b.ids)
