@@ -23,6 +23,14 @@ def topk_from_scores(
     kk = min(k, n)
     if kk < n:
         part = np.argpartition(key, kk - 1, axis=1)[:, :kk]
+        # argpartition picks arbitrarily among items tied with the k-th; redo those rows so
+        # ties always resolve to the smaller column (or id), making the oracle deterministic.
+        kth = np.take_along_axis(key, part, axis=1).max(axis=1, keepdims=True)
+        straddle = (key == kth).sum(1) > (np.take_along_axis(key, part, axis=1) == kth).sum(1)
+        for r in np.flatnonzero(straddle):
+            cand = np.flatnonzero(key[r] <= kth[r, 0])
+            tb = cand if ids is None else ids[cand]
+            part[r] = cand[np.lexsort((tb, key[r, cand]))[:kk]]
     else:
         part = np.broadcast_to(np.arange(n), (b, n))
     part_key = np.take_along_axis(key, part, axis=1)

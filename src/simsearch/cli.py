@@ -1,0 +1,83 @@
+"""The `simsearch` command: demo, benchmarks, dataset fetching, and the servers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(args.out, full=args.full)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    # bench/ lives beside the package in the repository, not inside it.
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        from bench.__main__ import main as bench_main
+    except ImportError:
+        print("simsearch bench runs from a checkout of the repository (it needs bench/); "
+              "cd into it and run `simsearch bench ...` or `python -m bench ...`", file=sys.stderr)
+        return 2
+    return bench_main(args.bench_args) or 0
+
+
+def _data(args: argparse.Namespace) -> int:
+    from . import datasets
+    from .errors import DatasetUnavailableError
+
+    if args.action == "list":
+        for name in (*datasets.DENSE, *datasets.STRINGS):
+            cached = "cached" if datasets.is_cached(name) else (
+                "generated" if name == "synthetic-longtail" else "not fetched")
+            print(f"{name:20s} {cached}")
+        print(f"cache: {datasets.cache_dir()}")
+        return 0
+    try:
+        for name in args.names:
+            print(f"{name}: {datasets.fetch(name)}")
+    except DatasetUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="simsearch", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="build exact and HNSW indexes on real data; print recall/QPS")
+    d.add_argument("--out", default="demo-results", help="directory for the table and plots")
+    d.add_argument("--full", action="store_true", help="also raw inner product on glove-50")
+    d.set_defaults(func=_demo)
+
+    b = sub.add_parser("bench", help="benchmark runner (from a repository checkout)",
+                       add_help=False)
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    b.set_defaults(func=_bench)
+
+    da = sub.add_parser("data", help="fetch and list datasets")
+    dsub = da.add_subparsers(dest="action", required=True)
+    f = dsub.add_parser("fetch", help="fetch datasets into the cache")
+    f.add_argument("names", nargs="+", metavar="NAME",
+                   help="glove-50, ml100k-svd, words or proteins")
+    dsub.add_parser("list", help="list datasets and whether they are cached")
+    da.set_defaults(func=_data)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simsearch.eval import markdown_table, pareto_frontier, recall_at_k
+
+
+def test_recall_counts_ties_by_score():
+    base = np.array([[1.0, 0], [1.0, 0], [0.5, 0], [0.1, 0]], np.float32)
+    q = np.array([[1.0, 0]], np.float32)
+    gt_ids, gt_scores = np.array([[0, 1]]), np.array([[1.0, 1.0]], np.float32)
+    swapped = np.array([[1, 0]])
+    tie_kw = dict(gt_scores=gt_scores, queries=q, base=base, metric="ip")
+    assert recall_at_k(swapped, gt_ids, 2, **tie_kw) == 1.0
+    # an item of equal score but another id counts under ties (item 1 for true top-1 item 0)
+    assert recall_at_k(np.array([[1, 3]]), np.array([[0, 1]]), 1, **tie_kw) == 1.0
+    assert recall_at_k(np.array([[1, 3]]), np.array([[0, 1]]), 1) == 0.0
+    # a worse item is a miss; a repeated id counts once; padding never counts
+    assert recall_at_k(np.array([[0, 2]]), gt_ids, 2, **tie_kw) == 0.5
+    assert recall_at_k(np.array([[0, 0]]), gt_ids, 2, **tie_kw) == 0.5
+    assert recall_at_k(np.array([[-1, -1]]), gt_ids, 2, **tie_kw) == 0.0
+
+
+def test_recall_l2_direction():
+    base = np.array([[0.0], [1.0], [2.0]], np.float32)
+    q = np.array([[0.1]], np.float32)
+    kw = dict(gt_scores=np.array([[0.01, 0.81]], np.float32), queries=q, base=base, metric="l2")
+    assert recall_at_k(np.array([[0, 1]]), np.array([[0, 1]]), 2, **kw) == 1.0
+    assert recall_at_k(np.array([[0, 2]]), np.array([[0, 1]]), 2, **kw) == 0.5
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(1, 1e6)), min_size=1, max_size=30))
+def test_pareto_frontier_is_undominated(points):
+    front = pareto_frontier(points)
+    for r, q in front:
+        assert not any(r2 >= r and q2 > q or r2 > r and q2 >= q for r2, q2 in points)
+    for r, q in points:  # every point is dominated by or on the frontier
+        assert any(fr >= r and fq >= q for fr, fq in front)
+
+
+def test_markdown_table():
+    t = markdown_table([{"a": 1, "b": 0.91234}, {"a": "x"}], ["a", "b"])
+    assert t.splitlines()[0] == "| a | b |"
+    assert "0.9123" in t and "| x |  |" in t

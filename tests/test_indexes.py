@@ -1,0 +1,91 @@
+"""FlatIndex and HNSWIndex specifics beyond the shared contract."""
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simsearch as ss
+from simsearch.datasets import synthetic_longtail
+from simsearch.flat import topk_from_scores
+
+
+@given(st.integers(1, 40), st.integers(1, 50), st.integers(0, 2**31 - 1))
+@settings(max_examples=60, deadline=None)
+def test_topk_matches_full_sort(n, k, seed):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 5, size=(3, n)).astype(np.float32)  # many ties
+    ids, sc = topk_from_scores(s, k, higher_is_better=True)
+    for row in range(3):
+        want = sorted(range(n), key=lambda j: (-s[row, j], j))[:k]
+        assert ids[row, : len(want)].tolist() == want
+        assert (ids[row, len(want):] == -1).all() and np.isneginf(sc[row, len(want):]).all()
+
+
+def test_flat_matches_brute_force_all_metrics():
+    rng = np.random.default_rng(0)
+    x, q = rng.standard_normal((500, 12)), rng.standard_normal((7, 12))
+    for metric, score in [
+        ("ip", q @ x.T),
+        ("cosine", (q / np.linalg.norm(q, axis=1, keepdims=True))
+         @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T),
+        ("l2", -((q[:, None] - x[None]) ** 2).sum(-1)),
+    ]:
+        idx = ss.FlatIndex(12, metric)
+        idx.add(x)
+        r = idx.search(q, 5)
+        np.testing.assert_array_equal(r.ids, np.argsort(-score, axis=1, kind="stable")[:, :5])
+
+
+def test_hnsw_capacity_grows_on_demand():
+    x, q = synthetic_longtail(n=3000, dim=16, n_queries=20, n_clusters=20, seed=2)
+    idx = ss.HNSWIndex(16, "l2", capacity=10)
+    for s in range(0, 3000, 250):
+        idx.add(x[s : s + 250])
+    assert len(idx) == 3000
+    exact = ss.FlatIndex(16, "l2")
+    exact.add(x)
+    r, o = idx.search(q, 10, ef=100), exact.search(q, 10)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(r.ids, o.ids)]) >= 0.95
+
+
+def test_hnsw_ef_per_call_is_safe_under_concurrency():
+    x, q = synthetic_longtail(n=4000, dim=16, n_queries=50, n_clusters=30, seed=5)
+    idx = ss.HNSWIndex(16, "ip", M=8, ef_construction=40)
+    idx.add(x)
+    want = {ef: idx.search(q, 10, ef=ef).ids for ef in (10, 200)}
+    errors = []
+
+    def worker(ef):
+        for _ in range(30):
+            got = idx.search(q, 10, ef=ef).ids
+            if not np.array_equal(got, want[ef]):
+                errors.append(ef)
+
+    threads = [threading.Thread(target=worker, args=(ef,)) for ef in (10, 200, 10, 200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_hnsw_remove_all_then_search_pads():
+    x, q = synthetic_longtail(n=50, dim=8, n_queries=3, n_clusters=5, seed=1)
+    idx = ss.HNSWIndex(8, "l2")
+    idx.add(x)
+    idx.remove(np.arange(45))
+    r = idx.search(q, 10, ef=50)
+    assert set(r.ids[:, :5].ravel()) <= set(range(45, 50))
+    assert (r.ids[:, 5:] == -1).all()
+
+
+def test_create_index_by_kind():
+    idx = ss.create_index("hnsw", 8, "cosine", M=8)
+    assert isinstance(idx, ss.HNSWIndex) and idx.metric == "cosine"
+    with pytest.raises(ss.errors.InvalidParameterError, match="known kinds"):
+        ss.create_index("nope", 8)
+    with pytest.raises(ss.errors.InvalidParameterError, match="metric"):
+        ss.FlatIndex(8, "dot")
