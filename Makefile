@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-TEST_EXTRAS ?= dev,bench
+TEST_EXTRAS ?= dev,bench,service,strings
 
 .PHONY: demo test lint bench-smoke clean
 
