@@ -35,4 +35,5 @@ CASES = [
     Case("hnsw", lambda d, m, x: ss.HNSWIndex(d, m, M=16, ef_construction=100),
          search_kw={"ef": 64}, min_recall=0.95),
     Case("nr-lsh", lambda d, m, x: ss.create_index("nr-lsh", d, m, n_bits=16, n_ranges=8), metrics=("ip",), search_kw={"n_probe_items": 600}, min_recall=0.95),  # observed 0.99
+    Case("ipnsw-plus", lambda d, m, x: ss.create_index("ipnsw-plus", d, m, M=16, n_threads=1, progress=False), metrics=("ip",), search_kw={"ef": 64}, min_recall=0.95),  # observed 1.0
 ]

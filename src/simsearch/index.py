@@ -186,6 +186,7 @@ _KIND_MODULES = {
     "flat": "simsearch.flat",
     "hnsw": "simsearch.hnsw",
     "nr-lsh": "simsearch.lsh", "simple-lsh": "simsearch.lsh",
+    "ipnsw-plus": "simsearch.graph.ipnsw_plus",
 }
 
 

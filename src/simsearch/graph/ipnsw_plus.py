@@ -1,0 +1,378 @@
+"""ip-NSW+ (Liu et al., "Understanding and Improving Proximity Graph-based Maximum Inner
+Product Search", AAAI 2020; design §4.3): an angular HNSW graph finds a query's angular
+neighbours, which seed a search on an inner-product graph."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+import hnswlib
+import numpy as np
+
+from ..index import Index, SearchResult, check_int, register
+from . import _kernels as K
+
+log = logging.getLogger(__name__)
+
+
+def _resolve_threads(n_threads: int) -> int:
+    import numba
+
+    return numba.get_num_threads() if n_threads == -1 else min(n_threads, numba.get_num_threads())
+
+
+def extract_hnswlib_graph(h: hnswlib.Index) -> dict[str, Any]:
+    """The graph of an hnswlib index, in label space (hnswlib labels must be 0..n-1).
+
+    Returns ``links0`` int32 (n, maxM0) with ``degree0`` int32 (n,); ``upper_links`` int32
+    (rows, maxM) with ``upper_degree``; ``upper_start`` int64 (n,): node u's level-l links
+    (l >= 1) are row ``upper_start[u] + l - 1``; ``entry`` and ``max_level``.
+    """
+    st = h.__getstate__()[0]
+    n = int(st["cur_element_count"])
+    spe = int(st["size_data_per_element"])
+    raw = st["data_level0"].view(np.uint8)[: n * spe].reshape(n, spe)
+    m0, m = int(st["max_M0"]), int(st["max_M"])
+    o0, lo = int(st["offset_level0"]), int(st["label_offset"])
+    # a link list is a uint16 count (then a deleted flag byte, a spare byte) and uint32 ids
+    deg0 = np.ascontiguousarray(raw[:, o0 : o0 + 2]).view(np.uint16)[:, 0].astype(np.int32)
+    links0 = np.ascontiguousarray(raw[:, o0 + 4 : o0 + 4 + 4 * m0]).view(np.uint32)
+    label = np.ascontiguousarray(raw[:, lo : lo + 8]).view(np.uint64)[:, 0].astype(np.int64)
+    if n and (label.min() < 0 or label.max() >= n or np.unique(label).size != n):
+        raise RuntimeError("hnswlib labels must be the positions 0..n-1")
+    internal = np.empty(n, np.int64)
+    internal[label] = np.arange(n)  # position -> hnswlib internal id
+
+    def to_pos(ids: np.ndarray, deg: np.ndarray) -> np.ndarray:
+        valid = np.arange(ids.shape[1])[None, :] < deg[:, None]
+        return np.where(valid, label[np.where(valid, ids, 0)], -1).astype(np.int32)
+
+    out_links0 = to_pos(links0[internal], deg0[internal])
+    levels = np.asarray(st["element_levels"][:n], np.int64)
+    size_links = int(st["size_links_per_element"])
+    ll = st["link_lists"].view(np.uint8)
+    rows = ll.size // size_links
+    ll = ll[: rows * size_links].reshape(rows, size_links)
+    udeg = np.ascontiguousarray(ll[:, :2]).view(np.uint16)[:, 0].astype(np.int32)
+    ulinks = np.ascontiguousarray(ll[:, 4 : 4 + 4 * m]).view(np.uint32)
+    start_internal = np.concatenate([[0], np.cumsum(levels)[:-1]]) if n else np.zeros(0, np.int64)
+    upper_start = np.where(levels[internal] > 0, start_internal[internal], -1).astype(np.int64)
+    return {
+        "links0": np.ascontiguousarray(out_links0),
+        "degree0": np.ascontiguousarray(deg0[internal]),
+        "upper_links": np.ascontiguousarray(to_pos(ulinks, udeg)) if rows else
+        np.full((1, max(m, 1)), -1, np.int32),
+        "upper_degree": udeg if rows else np.zeros(1, np.int32),
+        "upper_start": upper_start,
+        "entry": int(label[int(st["enterpoint_node"])]) if n else 0,
+        "max_level": max(int(st["max_level"]), 0) if n else 0,
+    }
+
+
+class _VisitedPool:
+    """Reusable visited arrays (one row per thread), so a search allocates nothing of size n
+    and concurrent searches never share one."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._free: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def acquire(self, n_rows: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            free = self._free.get(n_rows, [])
+            while free:
+                vis, tags = free.pop()
+                if vis.shape[1] >= n:
+                    return vis, tags
+        return np.zeros((n_rows, max(n, 1)), np.int32), np.zeros(n_rows, np.int64)
+
+    def release(self, item: tuple[np.ndarray, np.ndarray]) -> None:
+        with self._lock:
+            self._free.setdefault(item[0].shape[0], []).append(item)
+
+
+@register("ipnsw-plus")
+class IPNSWPlus(Index):
+    """ip-NSW+: maximum inner product search with two graphs over the same items.
+
+    An angular graph (hnswlib HNSW under cosine) finds a query's angular neighbours; they seed
+    a search on an inner-product graph (level 0 only, each item linked to its top ``M`` items
+    by inner product, no pruning heuristic, at most 2M links per item keeping the largest
+    inner products). Metric "ip" only.
+
+    Parameters
+    ----------
+    dim, metric : "ip".
+    M : inner-product graph links per item at insertion (the paper's M); items keep up to 2M.
+    angular_M : links per node of the angular HNSW (its M; level 0 keeps 2M).
+    ef_construction : beam of the inner-product graph search that finds a new item's links.
+    angular_ef_construction : beam of the angular graph while building, and of the search for
+        a new item's angular neighbours.
+    n_build_seeds : angular neighbours of a new item used as seeds (the paper: up to 100).
+    insert_batch : items inserted per batch. A batch's searches run in parallel on the graph
+        as it was before the batch, and each item also considers the batch items before it
+        exactly; 1 is the paper's one-by-one insertion. The graph does not depend on threads.
+    seed : hnswlib's level-assignment seed.
+    n_threads : threads used by add() (-1: all). With more than one thread hnswlib's angular
+        graph, and so the index, may differ between runs.
+    progress : show a tqdm bar while adding.
+
+    Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
+    k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
+    ``n_threads`` (default 1; -1 for all cores on a large batch) and ``stats`` (a dict to fill
+    with the batch's distance computations: "angular", "ip" and "distances", their sum).
+    A batch of queries runs in one compiled call.
+
+    Searches may run concurrently; writes (add, remove, save) are serialized. remove() marks
+    items deleted: they still route searches but are never returned.
+    """
+
+    metrics = ("ip",)
+    search_params = frozenset({"ef", "angular_ef", "n_threads", "stats"})
+
+    def __init__(
+        self,
+        dim: int,
+        metric: str = "ip",
+        M: int = 32,
+        angular_M: int = 10,
+        ef_construction: int = 100,
+        angular_ef_construction: int = 100,
+        n_build_seeds: int = 100,
+        insert_batch: int = 64,
+        seed: int = 0,
+        n_threads: int = -1,
+        progress: bool = True,
+    ):
+        M = check_int("M", M, 1, 1024)
+        angular_M = check_int("angular_M", angular_M, 2, 1024)
+        ef_construction = check_int("ef_construction", ef_construction, 1, 1 << 16)
+        angular_ef_construction = check_int(
+            "angular_ef_construction", angular_ef_construction, 1, 1 << 16
+        )
+        n_build_seeds = check_int("n_build_seeds", n_build_seeds, 1, 1 << 12)
+        insert_batch = check_int("insert_batch", insert_batch, 1, 1 << 16)
+        seed = check_int("seed", seed, 0)
+        n_threads = check_int("n_threads", n_threads, -1, 1024)
+        if n_threads == 0:
+            n_threads = -1
+        super().__init__(
+            dim, metric, M=M, angular_M=angular_M, ef_construction=ef_construction,
+            angular_ef_construction=angular_ef_construction, n_build_seeds=n_build_seeds,
+            insert_batch=insert_batch, seed=seed, n_threads=n_threads, progress=bool(progress),
+        )  # fmt: skip
+        self._n = 0
+        self._xb = np.empty((0, dim), np.float32)
+        self._inv_norm = np.empty(0, np.float32)
+        self._pos_ids = np.empty(0, np.int64)  # position -> external id
+        self._live = np.empty(0, np.bool_)
+        self._links = np.empty((0, 2 * M), np.int32)
+        self._degree = np.empty(0, np.int32)
+        self._link_scores: np.ndarray | None = np.empty((0, 2 * M), np.float32)
+        self._angular = self._new_angular(1024)
+        self._agraph = extract_hnswlib_graph(self._angular)
+        self._pool = _VisitedPool()
+        self.build_seconds = 0.0
+
+    # -- building -------------------------------------------------------------------------
+
+    def _new_angular(self, capacity: int) -> hnswlib.Index:
+        h = hnswlib.Index(space="cosine", dim=self.dim)
+        h.init_index(max_elements=capacity, M=self._params["angular_M"],
+                     ef_construction=self._params["angular_ef_construction"],
+                     random_seed=self._params["seed"])  # fmt: skip
+        return h
+
+    def _grow(self, need: int) -> None:
+        cap = self._xb.shape[0]
+        if need <= cap:
+            return
+        cap = max(need, 2 * cap, 1024)
+        n, width = self._n, self._links.shape[1]
+        for name, shape, dt, fill in (
+            ("_xb", (cap, self.dim), np.float32, 0),
+            ("_inv_norm", (cap,), np.float32, 0),
+            ("_pos_ids", (cap,), np.int64, -1),
+            ("_live", (cap,), np.bool_, False),
+            ("_links", (cap, width), np.int32, -1),
+            ("_degree", (cap,), np.int32, 0),
+            ("_link_scores", (cap, width), np.float32, -np.inf),
+        ):
+            new = np.full(shape, fill, dt)
+            new[:n] = getattr(self, name)[:n]
+            setattr(self, name, new)
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        p = self._params
+        t0 = time.perf_counter()
+        threads = _resolve_threads(p["n_threads"])
+        n0, m = self._n, x.shape[0]
+        if self._link_scores is None:  # after load: rebuilt on the first add
+            self._link_scores = K.recompute_link_scores(
+                self._xb[:n0], self._links[:n0], self._degree[:n0]
+            )
+        self._grow(n0 + m)
+        self._xb[n0 : n0 + m] = x
+        norms = np.linalg.norm(x, axis=1)
+        # zero vectors have no direction: they sort last in the angular graph
+        self._inv_norm[n0 : n0 + m] = np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0)
+        if self._angular.get_max_elements() < n0 + m:
+            self._angular.resize_index(max(n0 + m, 2 * self._angular.get_max_elements()))
+        from tqdm.auto import tqdm
+
+        vis = np.zeros((threads, n0 + m), np.int32)
+        tags = np.zeros(threads, np.int64)
+        ndis = 0
+        batch = p["insert_batch"]
+        insert = K.insert_batch if threads == 1 else K.insert_batch_parallel
+        with tqdm(total=m, desc="ip-NSW+ build", unit="item", leave=False,
+                  disable=not p["progress"] or None) as bar:  # fmt: skip
+            pos = n0
+            while pos < n0 + m:
+                # grow the angular graph in chunks of at most a quarter of what it holds, so
+                # most of an item's angular neighbours are already in the inner-product graph
+                end = min(n0 + m, pos + max(4096, pos // 4))
+                chunk = x[pos - n0 : end - n0]
+                labels = np.arange(pos, end)
+                self._angular.add_items(chunk, labels, num_threads=threads)
+                kk = min(p["n_build_seeds"], end)
+                self._angular.set_ef(max(p["angular_ef_construction"], kk))
+                seeds = self._angular_neighbours(chunk, kk, threads)
+                for s in range(pos, end, batch):
+                    e = min(end, s + batch)
+                    ndis += insert(
+                        self._xb, self._links, self._degree, self._link_scores, s, e,
+                        seeds[s - pos : e - pos], p["ef_construction"], p["M"], vis, tags,
+                    )  # fmt: skip
+                self._n = end
+                bar.update(end - pos)
+                pos = end
+        self._pos_ids[n0 : n0 + m] = ids
+        self._live[n0 : n0 + m] = True
+        self._agraph = extract_hnswlib_graph(self._angular)
+        self._pool = _VisitedPool()
+        dt = time.perf_counter() - t0
+        self.build_seconds += dt
+        log.info("ip-NSW+ added %d items in %.2f s (%.0f ip distances per item), %.1f MB",
+                 m, dt, ndis / max(m, 1), self.memory_bytes() / 2**20)  # fmt: skip
+
+    def _angular_neighbours(self, x: np.ndarray, k: int, threads: int) -> np.ndarray:
+        """Positions int32 (n, k) of x's angular neighbours (-1 padding). hnswlib raises when
+        its beam finds fewer than k items (tiny or disconnected graphs): retry with a smaller k."""
+        while True:
+            try:
+                nbr, _ = self._angular.knn_query(x, k=k, num_threads=threads)
+                return np.ascontiguousarray(nbr.astype(np.int32))
+            except RuntimeError:
+                if k == 1:
+                    return np.full((x.shape[0], 1), -1, np.int32)
+                k = max(1, k // 2)
+
+    def _remove(self, ids: np.ndarray) -> None:
+        n = self._n
+        hit = np.isin(self._pos_ids[:n], ids) & self._live[:n]
+        live = self._live.copy()  # searches in flight keep a consistent mask
+        live[:n][hit] = False
+        self._live = live
+
+    def memory_bytes(self) -> int:
+        """Bytes held: vectors, both graphs (hnswlib's copy of the unit vectors included),
+        ids, and the build-time link scores."""
+        n = self._n
+        parts = (self._xb, self._inv_norm, self._pos_ids, self._live, self._links, self._degree)
+        own = sum(a[:n].nbytes for a in parts)
+        own += sum(v.nbytes for v in self._agraph.values() if isinstance(v, np.ndarray))
+        if self._link_scores is not None:
+            own += self._link_scores[:n].nbytes
+        return int(own + self._angular.index_file_size())
+
+    # -- searching ------------------------------------------------------------------------
+
+    def _search(
+        self,
+        q: np.ndarray,
+        k: int,
+        ef: int | None = None,
+        angular_ef: int = 1,
+        n_threads: int = 1,
+        stats: dict | None = None,
+    ) -> SearchResult:
+        ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
+        angular_ef = check_int("angular_ef", angular_ef, 1, 1 << 16)
+        n_threads = check_int("n_threads", n_threads, -1, 1024)
+        if stats is not None and not isinstance(stats, dict):
+            raise TypeError(f"stats must be a dict or None; got {type(stats).__name__}")
+        threads = min(_resolve_threads(n_threads if n_threads else 1), q.shape[0])
+        g, n = self._agraph, self._n
+        args = (q, k, ef, angular_ef, self._xb, self._inv_norm, self._live, g["links0"],
+                g["degree0"], g["upper_links"], g["upper_degree"], g["upper_start"], g["entry"],
+                g["max_level"], self._links, self._degree)  # fmt: skip
+        item = self._pool.acquire(threads, n)
+        try:
+            fn = K.query_batch if threads == 1 else K.query_batch_parallel
+            pos, scores, ndis = fn(*args, item[0], item[1])
+        finally:
+            self._pool.release(item)
+        ids = np.where(pos >= 0, self._pos_ids[np.maximum(pos, 0)], -1)
+        if stats is not None:
+            a, b = (int(v) for v in ndis.sum(0))
+            stats.update(angular=a, ip=b, distances=a + b, queries=int(q.shape[0]))
+        return SearchResult(ids, scores)
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def _get_state(self):
+        n = self._n
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        os.close(fd)
+        try:
+            self._angular.save_index(tmp)
+            blob = np.fromfile(tmp, dtype=np.uint8)
+        finally:
+            os.unlink(tmp)
+        return {"capacity": int(self._angular.get_max_elements())}, {
+            "x": self._xb[:n], "pos_ids": self._pos_ids[:n], "live": self._live[:n],
+            "links": self._links[:n], "degree": self._degree[:n], "angular": blob,
+        }  # fmt: skip
+
+    def _set_state(self, meta, arrays):
+        x = np.array(arrays["x"], np.float32)
+        n = x.shape[0]
+        links = np.array(arrays["links"], np.int32)
+        degree = np.array(arrays["degree"], np.int32)
+        if (links.shape != (n, 2 * self._params["M"]) or degree.shape != (n,)
+                or arrays["pos_ids"].shape != (n,) or arrays["live"].shape != (n,)
+                or (n and (degree.min() < 0 or degree.max() > links.shape[1]))):  # fmt: skip
+            raise ValueError("inconsistent inner-product graph arrays")
+        valid = np.arange(links.shape[1])[None, :] < degree[:, None]
+        if n and (links[valid].min(initial=0) < 0 or links[valid].max(initial=0) >= n):
+            raise ValueError("inner-product graph links out of range")
+        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
+        os.close(fd)
+        try:
+            arrays["angular"].tofile(tmp)
+            h = hnswlib.Index(space="cosine", dim=self.dim)
+            h.load_index(tmp, max_elements=int(meta["capacity"]))
+        finally:
+            os.unlink(tmp)
+        if h.get_current_count() != n:
+            raise ValueError("angular graph and vectors disagree on the item count")
+        self._angular = h
+        self._n = 0
+        self._xb = x
+        self._links, self._degree = links, degree
+        norms = np.linalg.norm(x, axis=1)
+        self._inv_norm = np.where(norms > 0, 1.0 / np.maximum(norms, 1e-30), 0.0).astype(
+            np.float32
+        )
+        self._pos_ids = np.array(arrays["pos_ids"], np.int64)
+        self._live = np.array(arrays["live"], np.bool_)
+        self._link_scores = None
+        self._n = n
+        self._agraph = extract_hnswlib_graph(h)
+        self._pool = _VisitedPool()
