@@ -42,10 +42,23 @@ class ServerProcess:
         ready.unlink(missing_ok=True)
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
         self._log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "simsearch.service.server", "--data-dir", str(self.data_dir),
-               "--port", "0", "--ready-file", str(ready), "--log-level", "WARNING", *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        cmd = [
+            sys.executable,
+            "-m",
+            "simsearch.service.server",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            "--log-level",
+            "WARNING",
+            *self.args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         t0 = time.monotonic()
         while not ready.exists():
             if self.proc.poll() is not None:

@@ -6,9 +6,9 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import unique_name
 
 import simsearch as ss
+from conftest import unique_name
 from simsearch.service import wal as walmod
 from simsearch.service.errors import DataLossError, ServiceError
 from simsearch.service.store import Store
@@ -86,7 +86,9 @@ def test_kill9_mid_stream_keeps_every_acknowledged_write(server_factory):
     other = client.create_collection(unique_name("other"), DIM, "l2", "flat")
     other.add(np.ones((3, DIM), np.float32))
     acked, inflight, stop = [], [], threading.Event()
-    t = threading.Thread(target=_writer, args=(col, np.random.default_rng(1), acked, inflight, stop))
+    t = threading.Thread(
+        target=_writer, args=(col, np.random.default_rng(1), acked, inflight, stop)
+    )
     t.start()
     while len(acked) < 150 and t.is_alive():
         t.join(0.01)
@@ -175,8 +177,11 @@ def test_snapshot_crash_windows_recover(tmp_path):
     store = Store(tmp_path)
     col = store.get("c")
     assert len(col.index) == 20 and col.generation == 2
-    assert sorted(p.name for p in path.iterdir()) == ["collection.json", "snapshot-2.idx",
-                                                      "wal-2.log"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "collection.json",
+        "snapshot-2.idx",
+        "wal-2.log",
+    ]
     col.add(x[20:])
     store.close()
     store = Store(tmp_path)

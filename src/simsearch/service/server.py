@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +46,10 @@ class RunningServer:
 
     def stop(self, grace: float = 10.0) -> None:
         """Refuse new calls, let calls in flight finish within ``grace`` seconds, close logs."""
+        t0 = time.monotonic()
         self.health.enter_graceful_shutdown()
-        self.servicer.stopping.set()
-        self.server.stop(grace).wait()
+        self.servicer.drain(grace)  # new calls get UNAVAILABLE, calls in flight finish
+        self.server.stop(max(0.0, grace - (time.monotonic() - t0))).wait()
         self.store.close()
 
 

@@ -54,10 +54,16 @@ def _rpc(fn: Callable) -> Callable:
             abort_with(context, ServiceUnavailableError("the server is shutting down; retry later"))
         remaining = context.time_remaining()
         deadline = None if remaining is None else time.monotonic() + remaining
+        with self._inflight_cond:
+            self._inflight += 1
         try:
             return fn(self, request, context, deadline)
         except Exception as exc:  # every error becomes a status (abort raises past this)
             abort_with(context, exc)
+        finally:
+            with self._inflight_cond:
+                self._inflight -= 1
+                self._inflight_cond.notify_all()
 
     return wrapper
 
@@ -83,6 +89,14 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         self.store = store
         self.max_message_bytes = max_message_bytes
         self.stopping = threading.Event()
+        self._inflight = 0
+        self._inflight_cond = threading.Condition()
+
+    def drain(self, timeout: float) -> bool:
+        """Refuse new calls (UNAVAILABLE) and wait for the calls in flight to finish."""
+        self.stopping.set()
+        with self._inflight_cond:
+            return self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
 
     @_rpc
     def ServerInfo(self, request, context, deadline):

@@ -1,0 +1,110 @@
+"""The Index contract suite (tests/test_contract.py) run over remote collections, plus a
+congruence check: the same calls on a local index and on the node give the same answers.
+
+Every contract check that does not touch local files runs here; save/load belongs to the node
+(snapshots), tested in test_durability.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+import test_contract as tc
+from conftest import unique_name
+from contract import Case
+from simsearch.datasets import synthetic_longtail
+
+
+def _remote_cases(client) -> list[Case]:
+    def maker(kind, **build):
+        def make(d, m, x):
+            return client.create_collection(unique_name(f"ct-{kind}-"), d, m, kind, **build)
+
+        return make
+
+    return [
+        Case("remote-flat", maker("flat"), exact=True, min_recall=1.0),
+        # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64
+        Case(
+            "remote-hnsw",
+            maker("hnsw", M=16, ef_construction=100),
+            search_kw={"ef": 64},
+            min_recall=0.95,
+        ),
+    ]
+
+
+CHECKS = [
+    tc.test_recall_and_ordering,
+    tc.test_single_query_and_batch_agree,
+    tc.test_padding_and_empty,
+    tc.test_ids_continue,
+    tc.test_bad_add_is_typed_and_changes_nothing,
+    tc.test_zero_vector_under_cosine,
+    tc.test_bad_search,
+    tc.test_remove,
+]
+EXTRA = {  # checks with their own parametrization run over every value
+    "bad": sorted(tc.BAD_INPUTS),
+    "k": [0, -1, 1.5, "3", None, True, 10**9],
+}
+
+
+@pytest.fixture(scope="module")
+def data():  # the contract suite's fixture
+    return synthetic_longtail(n=tc.N, dim=tc.DIM, n_queries=50, n_clusters=30, seed=7)
+
+
+@pytest.fixture(scope="module")
+def oracle(data):
+    base, queries = data
+    out = {}
+    for m in ("ip", "cosine", "l2"):
+        f = ss.FlatIndex(tc.DIM, m)
+        f.add(base)
+        out[m] = f.search(queries, 100)
+    return out
+
+
+@pytest.mark.parametrize("metric", ["ip", "cosine", "l2"])
+@pytest.mark.parametrize("case_id", ["remote-flat", "remote-hnsw"])
+@pytest.mark.parametrize("check", CHECKS, ids=lambda f: f.__name__.removeprefix("test_"))
+def test_contract_over_client(check, case_id, metric, shared_client, data, oracle):
+    case = next(c for c in _remote_cases(shared_client) if c.id == case_id)
+    params = inspect.signature(check).parameters
+    kw = {"case": case, "metric": metric, "data": data}
+    if "oracle" in params:
+        kw["oracle"] = oracle
+    extra = [p for p in EXTRA if p in params]
+    values = [{}] if not extra else [{extra[0]: v} for v in EXTRA[extra[0]]]
+    for v in values:
+        check(**kw, **v)
+
+
+def test_congruence_local_vs_remote(shared_client, data):
+    """One sequence of calls on a local index and on a remote collection: same answers."""
+    base, queries = data
+    for kind, build, search_kw in (
+        ("flat", {}, {}),
+        ("hnsw", {"M": 8, "n_threads": 1}, {"ef": 32}),
+    ):
+        local = ss.create_index(kind, tc.DIM, "ip", **build)
+        remote = shared_client.create_collection(unique_name("cg"), tc.DIM, "ip", kind, **build)
+        for idx in (local, remote):
+            idx.add(base[:1000])
+            idx.add(base[1000:1500], ids=np.arange(5000, 5500))
+            idx.remove(np.arange(0, 1000, 7))
+        assert len(local) == len(remote)
+        a, b = local.search(queries, 10, **search_kw), remote.search(queries, 10, **search_kw)
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-5)
+        assert a.ids.dtype == b.ids.dtype and a.scores.dtype == b.scores.dtype
+        one_a, one_b = (
+            local.search(queries[0], 3, **search_kw),
+            remote.search(queries[0], 3, **search_kw),
+        )
+        np.testing.assert_array_equal(one_a.ids, one_b.ids)

@@ -1,0 +1,132 @@
+"""Message-size limit (client splits, raw oversized refused), load shedding, deadlines, and
+graceful shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+import simsearch as ss
+from simsearch.service import convert
+from simsearch.service.errors import (
+    DeadlineExceededError,
+    ResourceExhaustedError,
+    ServiceUnavailableError,
+)
+from simsearch.service.protos.simsearch.v1 import simsearch_pb2 as pb
+from simsearch.service.protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
+
+DIM = 64
+LIMIT = 256 << 10
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(5)
+    return rng.standard_normal((6000, DIM)).astype(np.float32)
+
+
+def test_size_limit_load_shedding_deadline_shutdown(server_factory, data):
+    server = server_factory(
+        "--max-message-bytes", str(LIMIT), "--max-concurrent-rpcs", "2", "--workers", "8"
+    )
+    client = server.client(timeout=30)
+    col = client.create_collection("big", DIM, "l2", "flat")
+
+    # a 1.5 MB batch goes through in several calls under the 256 KiB limit
+    assert data.nbytes > 5 * LIMIT
+    ids = col.add(data)
+    np.testing.assert_array_equal(ids, np.arange(len(data)))
+    assert len(col) == len(data)
+    local = ss.FlatIndex(DIM, "l2")
+    local.add(data)
+    q = data[:3000] + 0.01
+    r, e = col.search(q, 8), local.search(q, 8)  # queries and results both split
+    np.testing.assert_array_equal(r.ids, e.ids)
+    np.testing.assert_allclose(r.scores, e.scores, rtol=1e-4, atol=1e-4)
+
+    # the same batch sent raw is refused cleanly, and nothing is half-written
+    channel = grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", -1)])
+    stub = pb_grpc.SimSearchStub(channel)
+    big = pb.AddRequest(
+        collection="big", vectors=convert.to_matrix(data[:2000] * 2), ids=range(10**6, 10**6 + 2000)
+    )
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.Add(big, timeout=30)
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    rows = (LIMIT - 4096) // (DIM * 4)  # a request that fits but whose answer would not
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.Search(
+            pb.SearchRequest(collection="big", queries=convert.to_matrix(q[:rows]), k=100),
+            timeout=30,
+        )
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "message limit" in ei.value.details()
+    unsplit = server.client(timeout=30, max_message_bytes=64 << 20)  # a client that does not split
+    with pytest.raises(ResourceExhaustedError):
+        unsplit.collection("big").add(data[:2000] * 3)
+    assert len(col) == len(data)
+
+    # beyond --max-concurrent-rpcs calls are shed with RESOURCE_EXHAUSTED, the rest succeed
+    heavy = pb.SearchRequest(collection="big", queries=convert.to_matrix(q[:rows]), k=10)
+    outcomes: list[str] = []
+
+    def hammer():
+        for _ in range(4):
+            try:
+                stub.Search(heavy, timeout=60)
+                outcomes.append("OK")
+            except grpc.RpcError as err:
+                outcomes.append(err.code().name)
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(outcomes) <= {"OK", "RESOURCE_EXHAUSTED"}, outcomes
+    assert outcomes.count("OK") >= 2 and "RESOURCE_EXHAUSTED" in outcomes, outcomes
+
+    # a deadline the call cannot meet
+    hurried = server.client(timeout=0.001)
+    for _ in range(100):  # the server may still count the shed calls as running for a moment
+        try:
+            hurried._call("Search", heavy)
+        except ResourceExhaustedError:
+            time.sleep(0.05)
+        except DeadlineExceededError:
+            break
+    else:
+        pytest.fail("a call with a 1 ms deadline did not fail with DEADLINE_EXCEEDED")
+    assert client.health() == "SERVING"
+
+    # SIGTERM: calls in flight finish (or are refused as UNAVAILABLE), the process exits 0
+    results: list[str] = []
+
+    def busy():
+        for _ in range(6):
+            try:
+                stub.Search(heavy, timeout=60)
+                results.append("OK")
+            except grpc.RpcError as err:
+                results.append(err.code().name)
+
+    t = threading.Thread(target=busy)
+    t.start()
+    while not results:
+        t.join(0.005)
+    assert server.stop() == 0
+    t.join()
+    # the call running at SIGTERM completes; later ones are refused (UNAVAILABLE while the
+    # server drains, CANCELLED once its transport is closing)
+    assert results[0] == "OK" and set(results) <= {"OK", "UNAVAILABLE", "CANCELLED"}, results
+    channel.close()
+    with pytest.raises(ServiceUnavailableError):
+        server.client(timeout=2).list_collections()
+
+    server.restart()  # everything acknowledged is back
+    assert len(server.client(timeout=30).collection("big")) == len(data)
