@@ -187,6 +187,7 @@ _KIND_MODULES = {
     "hnsw": "simsearch.hnsw",
     "nr-lsh": "simsearch.lsh", "simple-lsh": "simsearch.lsh",
     "ipnsw-plus": "simsearch.graph.ipnsw_plus",
+    "neq": "simsearch.quant",
 }
 
 

@@ -1,0 +1,370 @@
+"""Norm-Explicit Quantization (Dai, Yan, Ng, Liu, Cheng, AAAI 2020) over faiss's PQ, OPQ, RQ and
+LSQ, for maximum inner product search.
+
+An item is split as x = |x| u. The direction u is encoded by an existing quantizer with M - 1
+codebooks (faiss's own, wrapped in a faiss index so it serializes), and the *relative* norm
+l = |x| / |decode(code(u))| gets a 1-D k-means codebook of 2^nbits entries, so the code is as
+long as a plain M-codebook code. The estimate of <q, x> is
+
+    l_code * <q, decode(code(u))> = norm_codebook[c_0] * sum_m LUT_m[c_m],
+
+one multiply per item more than plain asymmetric scoring. Quantizing l rather than |x| makes the
+estimate exact in norm whenever l is: the direction quantizer's error in length is absorbed.
+
+:func:`faiss_baseline` builds the equal-bits faiss index with the inner-product metric and the
+same quantizer settings (the comparison in the paper and in docs/bench-quant.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import faiss
+import numba
+import numpy as np
+
+from ..errors import InvalidParameterError
+from ..index import Index, SearchResult, check_int, register
+from . import _kernels as K
+
+log = logging.getLogger(__name__)
+
+BASES = ("pq", "opq", "rq", "lsq")
+_ENCODE_BLOCK = 1 << 16
+_TINY = 1e-30
+
+
+def padded_dim(dim: int, n_codebooks: int, base: str) -> int:
+    """Dimension the quantizer works in: PQ and OPQ need it divisible by the number of
+    codebooks, so the vectors are padded with zeros (inner products unchanged); RQ and LSQ
+    use ``dim`` as is."""
+    if base in ("pq", "opq"):
+        return -(-dim // n_codebooks) * n_codebooks
+    return dim
+
+
+def make_quantizer_index(
+    base: str, dim: int, n_codebooks: int, nbits: int = 8, seed: int = 0,
+    rq_beam_size: int = 1, lsq_train_iters: int = 25,
+) -> faiss.Index:  # fmt: skip
+    """A faiss index with the inner-product metric wrapping the quantizer ``base`` with
+    ``n_codebooks`` codebooks of 2^nbits over ``padded_dim(dim, ...)`` dimensions. NEQ uses it
+    only to train / encode / decode (sa_encode, sa_decode); :func:`faiss_baseline` searches with
+    it. RQ and LSQ use the LUT search type (ST_LUT_nonorm), whose code holds no norm."""
+    d = padded_dim(dim, n_codebooks, base)
+    ip = faiss.METRIC_INNER_PRODUCT
+    if base in ("pq", "opq"):
+        idx = faiss.IndexPQ(d, n_codebooks, nbits, ip)
+        idx.pq.cp.seed = seed
+        if base == "opq":
+            opq = faiss.OPQMatrix(d, n_codebooks)
+            opq.verbose = False
+            idx = faiss.IndexPreTransform(opq, idx)
+    elif base == "rq":
+        idx = faiss.IndexResidualQuantizer(
+            d, n_codebooks, nbits, ip, faiss.AdditiveQuantizer.ST_LUT_nonorm
+        )
+        idx.rq.max_beam_size = rq_beam_size
+        idx.rq.cp.seed = seed
+    elif base == "lsq":
+        idx = faiss.IndexLocalSearchQuantizer(
+            d, n_codebooks, nbits, ip, faiss.AdditiveQuantizer.ST_LUT_nonorm
+        )
+        idx.lsq.train_iters = lsq_train_iters
+        idx.lsq.random_seed = seed
+    else:
+        raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
+    return idx
+
+
+def pad(x: np.ndarray, d: int) -> np.ndarray:
+    """Zero-pad rows of x to d columns (C-contiguous float32)."""
+    if x.shape[1] == d:
+        return np.ascontiguousarray(x, np.float32)
+    out = np.zeros((x.shape[0], d), np.float32)
+    out[:, : x.shape[1]] = x
+    return out
+
+
+def faiss_baseline(
+    base: str, dim: int, n_codebooks: int, nbits: int = 8, seed: int = 0,
+    rq_beam_size: int = 1, lsq_train_iters: int = 25,
+) -> faiss.Index:  # fmt: skip
+    """The plain quantizer NEQ is compared against: faiss's own index (IndexPQ, OPQ +
+    IndexPQ, IndexResidualQuantizer, IndexLocalSearchQuantizer) with the inner-product metric,
+    ``n_codebooks`` codebooks, the same settings as NEQ's direction quantizer. Feed it vectors
+    padded with :func:`pad` to ``padded_dim(dim, n_codebooks, base)``."""
+    return make_quantizer_index(base, dim, n_codebooks, nbits, seed, rq_beam_size, lsq_train_iters)
+
+
+def norm_codebook_1d(values: np.ndarray, size: int, n_iter: int = 100) -> np.ndarray:
+    """A ``size``-entry 1-D k-means codebook of ``values`` over *all* of them (no subsampling),
+    started from quantiles. Returns sorted float32 (size,)."""
+    v = np.sort(np.asarray(values, np.float64))
+    init = np.quantile(v, (np.arange(size) + 0.5) / size)
+    return K.kmeans_1d(v, init, n_iter).astype(np.float32)
+
+
+def encode_norm(values: np.ndarray, codebook: np.ndarray) -> np.ndarray:
+    """Index of the nearest entry of the sorted ``codebook`` for each value (uint8)."""
+    mid = 0.5 * (codebook[1:] + codebook[:-1])
+    return np.searchsorted(mid, values).astype(np.uint8)
+
+
+@dataclass(frozen=True)
+class _Items:
+    """What a search reads; replaced as a whole on writes so searches see old or new."""
+
+    codes: np.ndarray  # uint8 (n, M - 1) direction codes
+    norm_codes: np.ndarray  # uint8 (n,)
+    ids: np.ndarray  # int64 (n,)
+    x: np.ndarray | None  # float32 (n, dim) with keep_vectors
+
+
+@register("neq")
+class NEQIndex(Index):
+    """Norm-Explicit Quantization for maximum inner product (metric "ip" only).
+
+    Parameters
+    ----------
+    base: the direction quantizer, "pq", "opq", "rq" or "lsq" (faiss's own).
+    n_codebooks: codebooks in the whole code, the paper's M; the direction gets M - 1, the
+        relative norm one. PQ/OPQ pad the dimension with zeros to a multiple of M - 1.
+    nbits: bits per codebook (2^nbits entries, the paper's K = 256 at 8).
+    seed: seeds faiss's clustering.
+    keep_vectors: also store the raw vectors so ``search(..., rerank=R)`` can re-score exactly.
+    rq_beam_size: the residual quantizer's beam (1 = the paper's greedy encoding).
+    lsq_train_iters: LSQ training iterations.
+    progress: tqdm bars while encoding large batches.
+
+    Search parameters (per call): ``rerank`` (R, default 0: return the scan's estimates; R > 0
+    with keep_vectors re-scores the scan's best max(R, k) exactly), ``n_threads`` (1; -1 all).
+    Supports remove(). Searches may run concurrently; writes are serialized.
+    """
+
+    metrics = ("ip",)
+    needs_training = True
+    search_params = frozenset({"rerank", "n_threads"})
+
+    def __init__(
+        self, dim: int, metric: str = "ip", base: str = "pq", n_codebooks: int = 4,
+        nbits: int = 8, seed: int = 0, keep_vectors: bool = False, rq_beam_size: int = 1,
+        lsq_train_iters: int = 25, progress: bool = True,
+    ):  # fmt: skip
+        if base not in BASES:
+            raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
+        check_int("n_codebooks", n_codebooks, 2, 64)
+        check_int("nbits", nbits, 1, 8)
+        check_int("seed", seed, 0, 2**31 - 1)
+        check_int("rq_beam_size", rq_beam_size, 1, 1024)
+        check_int("lsq_train_iters", lsq_train_iters, 1, 10_000)
+        for name, v in (("keep_vectors", keep_vectors), ("progress", progress)):
+            if not isinstance(v, bool):
+                raise InvalidParameterError(f"{name} must be a bool; got {v!r}")
+        super().__init__(
+            dim, metric, base=base, n_codebooks=n_codebooks, nbits=nbits, seed=seed,
+            keep_vectors=keep_vectors, rq_beam_size=rq_beam_size,
+            lsq_train_iters=lsq_train_iters, progress=progress,
+        )  # fmt: skip
+        self.base, self.n_codebooks, self.nbits = base, n_codebooks, nbits
+        self.keep_vectors, self.progress = keep_vectors, progress
+        self.n_direction_codebooks = n_codebooks - 1
+        self.quantizer_dim = padded_dim(dim, self.n_direction_codebooks, base)
+        self._dq = make_quantizer_index(
+            base, dim, self.n_direction_codebooks, nbits, seed, rq_beam_size, lsq_train_iters
+        )
+        self._norm_codebook = np.zeros(1 << nbits, np.float32)
+        self._tables: tuple = ()
+        self._items = self._empty_items()
+
+    def _empty_items(self) -> _Items:
+        x = np.empty((0, self.dim), np.float32) if self.keep_vectors else None
+        codes = np.empty((0, self.n_direction_codebooks), np.uint8)
+        return _Items(codes, np.empty(0, np.uint8), np.empty(0, np.int64), x)
+
+    # -- the quantizer -------------------------------------------------------------------------
+
+    def _directions(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        nrm = np.linalg.norm(x, axis=1).astype(np.float32)
+        u = x / np.maximum(nrm, _TINY)[:, None]
+        return pad(u, self.quantizer_dim), nrm
+
+    def _unpack(self, packed: np.ndarray) -> np.ndarray:
+        if self.nbits == 8:
+            return np.ascontiguousarray(packed[:, : self.n_direction_codebooks])
+        return faiss.unpack_bitstrings(packed, self.n_direction_codebooks, self.nbits).astype(
+            np.uint8
+        )
+
+    def _pack(self, codes: np.ndarray) -> np.ndarray:
+        if self.nbits == 8:
+            return np.ascontiguousarray(codes, np.uint8)
+        return faiss.pack_bitstrings(codes.astype(np.int32), self.nbits)
+
+    def encode_directions(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(direction codes uint8 (n, M - 1), relative norms l = |x| / |decode(code(u))| float32
+        (n,)) for rows of x, in blocks with a progress bar."""
+        from tqdm.auto import tqdm
+
+        n = x.shape[0]
+        codes = np.empty((n, self.n_direction_codebooks), np.uint8)
+        rel = np.empty(n, np.float32)
+        disable = not self.progress or n <= _ENCODE_BLOCK or None
+        with tqdm(total=n, desc=f"NEQ-{self.base} encode", unit="vec", disable=disable,
+                  leave=False) as bar:  # fmt: skip
+            for s in range(0, n, _ENCODE_BLOCK):
+                u, nrm = self._directions(x[s : s + _ENCODE_BLOCK])
+                packed = self._dq.sa_encode(u)
+                dec_norm = np.linalg.norm(self._dq.sa_decode(packed), axis=1)
+                codes[s : s + len(u)] = self._unpack(packed)
+                rel[s : s + len(u)] = nrm / np.maximum(dec_norm, _TINY)
+                bar.update(len(u))
+        return codes, rel
+
+    def decode(self, codes: np.ndarray, norm_codes: np.ndarray) -> np.ndarray:
+        """Reconstruct items: norm codeword times decoded direction, float32 (n, dim)."""
+        u = self._dq.sa_decode(self._pack(codes))
+        return (self._norm_codebook[norm_codes][:, None] * u)[:, : self.dim].astype(np.float32)
+
+    def _extract_tables(self) -> None:
+        """Pull the learned codebooks out of faiss for the lookup tables."""
+        Md, Kc, d = self.n_direction_codebooks, 1 << self.nbits, self.quantizer_dim
+        if self.base in ("pq", "opq"):
+            if self.base == "opq":
+                vt = faiss.downcast_VectorTransform(self._dq.chain.at(0))
+                rot = faiss.vector_to_array(vt.A).reshape(vt.d_out, vt.d_in).astype(np.float32)
+                pq = faiss.downcast_index(self._dq.index).pq
+            else:
+                rot, pq = None, self._dq.pq
+            cent = faiss.vector_to_array(pq.centroids).reshape(Md, Kc, d // Md)
+            # (M, dsub, K) so the LUT is one batched matmul over sub-spaces
+            self._tables = ("pq", np.ascontiguousarray(cent.transpose(0, 2, 1), np.float32), rot)
+        else:
+            aq = self._dq.rq if self.base == "rq" else self._dq.lsq
+            cb = faiss.vector_to_array(aq.codebooks).reshape(Md * Kc, d)
+            self._tables = ("aq", np.ascontiguousarray(cb.T, np.float32), None)
+
+    def lookup_tables(self, q: np.ndarray) -> np.ndarray:
+        """LUT_m[c] = <q, codeword c of codebook m> for each query: float32 (nq, M - 1, 2^nbits).
+        One matrix product per batch (per sub-space for PQ/OPQ)."""
+        kind, cb, rot = self._tables
+        Md, Kc = self.n_direction_codebooks, 1 << self.nbits
+        qp = pad(q, self.quantizer_dim)
+        if rot is not None:
+            qp = qp @ rot.T  # decode(c) = R^T y, so <q, R^T y> = <R q, y>
+        if kind == "pq":
+            qs = qp.reshape(q.shape[0], Md, -1).transpose(1, 0, 2)  # (M, nq, dsub)
+            lut = np.matmul(qs, cb).transpose(1, 0, 2)  # (nq, M, K)
+        else:
+            lut = (qp @ cb).reshape(q.shape[0], Md, Kc)
+        return np.ascontiguousarray(lut, np.float32)
+
+    # -- Index hooks ---------------------------------------------------------------------------
+
+    def _train(self, x: np.ndarray) -> None:
+        n_min = 1 << self.nbits
+        if x.shape[0] < n_min:
+            raise InvalidParameterError(
+                f"training needs at least 2^nbits = {n_min} vectors; got {x.shape[0]}"
+            )
+        u, _ = self._directions(x)
+        log.info("NEQ-%s: training %d direction codebooks on %d vectors", self.base,
+                 self.n_direction_codebooks, x.shape[0])  # fmt: skip
+        self._dq.train(u)
+        # the relative norm l, not |x|, is what gets quantized
+        _, rel = self.encode_directions(x)
+        self._norm_codebook = norm_codebook_1d(rel, 1 << self.nbits)
+        self._extract_tables()
+        log.info("NEQ-%s: relative norms in [%.3g, %.3g]", self.base, rel.min(), rel.max())
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        codes, rel = self.encode_directions(x)
+        nc = encode_norm(rel, self._norm_codebook)
+        it = self._items
+        self._items = _Items(
+            np.concatenate([it.codes, codes]), np.concatenate([it.norm_codes, nc]),
+            np.concatenate([it.ids, ids]),
+            np.concatenate([it.x, x]) if self.keep_vectors else None,
+        )  # fmt: skip
+
+    def _remove(self, ids: np.ndarray) -> None:
+        it = self._items
+        keep = ~np.isin(it.ids, ids)
+        self._items = _Items(it.codes[keep], it.norm_codes[keep], it.ids[keep],
+                             it.x[keep] if it.x is not None else None)  # fmt: skip
+
+    def _search(self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1) -> SearchResult:
+        rerank = check_int("rerank", rerank, 0)
+        n_threads = check_int("n_threads", n_threads, -1, 1024)
+        if n_threads == 0:
+            raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
+        if rerank and not self.keep_vectors:
+            raise InvalidParameterError(
+                f"rerank={rerank} needs the raw vectors; build with keep_vectors=True"
+            )
+        it = self._items
+        kk = max(k, rerank)
+        lut = self.lookup_tables(q)
+        args = (lut, it.codes, it.norm_codes, self._norm_codebook, kk)
+        if n_threads == 1 or q.shape[0] == 1:
+            pos, S = K.scan_batch(*args)
+        else:
+            old = numba.get_num_threads()
+            numba.set_num_threads(min(K.num_threads(n_threads), numba.config.NUMBA_NUM_THREADS))
+            try:
+                pos, S = K.scan_batch_parallel(*args)
+            finally:
+                numba.set_num_threads(old)
+        if rerank:
+            valid = pos >= 0
+            rows = it.x[np.where(valid, pos, 0)]  # (nq, kk, dim)
+            S = np.where(valid, np.einsum("qkd,qd->qk", rows, q), -np.inf).astype(np.float32)
+            order = np.lexsort((np.where(valid, pos, np.iinfo(np.int64).max), -S), axis=1)[:, :k]
+            pos, S = np.take_along_axis(pos, order, 1), np.take_along_axis(S, order, 1)
+        else:
+            pos, S = pos[:, :k], S[:, :k]
+        ids = np.where(pos >= 0, it.ids[np.maximum(pos, 0)], -1)
+        return SearchResult(ids.astype(np.int64), np.ascontiguousarray(S, np.float32))
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def _get_state(self):
+        it = self._items
+        arrays = {
+            "quantizer": faiss.serialize_index(self._dq),
+            "norm_codebook": self._norm_codebook,
+            "codes": it.codes, "norm_codes": it.norm_codes, "ids": it.ids,
+        }  # fmt: skip
+        if it.x is not None:
+            arrays["x"] = it.x
+        return {}, arrays
+
+    def _set_state(self, meta, arrays):
+        self._dq = faiss.deserialize_index(np.array(arrays["quantizer"], np.uint8))
+        if self._dq.d != self.quantizer_dim:
+            raise InvalidParameterError("saved quantizer does not match the index parameters")
+        ncb = np.array(arrays["norm_codebook"], np.float32)
+        codes = np.array(arrays["codes"], np.uint8)
+        nc = np.array(arrays["norm_codes"], np.uint8)
+        ids = np.array(arrays["ids"], np.int64)
+        n, Kc = ids.shape[0], 1 << self.nbits
+        if ncb.shape != (Kc,) or codes.shape != (n, self.n_direction_codebooks) or nc.shape != (n,):
+            raise InvalidParameterError("saved arrays do not match the index parameters")
+        if n and (int(codes.max()) >= Kc or int(nc.max()) >= Kc):
+            raise InvalidParameterError("saved codes out of range")
+        x = None
+        if self.keep_vectors:
+            x = np.array(arrays["x"], np.float32)
+            if x.shape != (n, self.dim):
+                raise InvalidParameterError("saved vectors do not match the index parameters")
+        self._norm_codebook = ncb
+        if self._is_trained:
+            self._extract_tables()
+        self._items = _Items(codes, nc, ids, x)
+
+    @property
+    def code_size(self) -> int:
+        """Bytes per item: M - 1 direction codes plus one norm code (at nbits = 8)."""
+        return math.ceil(self.n_codebooks * self.nbits / 8)

@@ -1,0 +1,234 @@
+"""NEQ (simsearch.quant): kernels against numpy references, the estimator, the relative-norm
+target, recall against the exact oracle, persistence and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+from simsearch import errors
+from simsearch.datasets import synthetic_longtail
+from simsearch.eval import recall_at_k
+from simsearch.quant import NEQIndex, faiss_baseline, pad, padded_dim
+from simsearch.quant import _kernels as K
+from simsearch.quant.neq import encode_norm, norm_codebook_1d
+
+DIM = 16
+
+
+@pytest.fixture(scope="module")
+def data():
+    base, queries = synthetic_longtail(n=4000, dim=DIM, n_queries=40, n_clusters=40, seed=3)
+    return base, queries
+
+
+@pytest.fixture(scope="module")
+def oracle(data):
+    base, queries = data
+    f = ss.FlatIndex(DIM, "ip")
+    f.add(base)
+    return f.search(queries, 10)
+
+
+def small(base_kind: str, **kw) -> NEQIndex:
+    kw = {"n_codebooks": 3, "nbits": 5, "progress": False} | kw
+    if base_kind == "lsq":
+        kw.setdefault("lsq_train_iters", 4)
+    return NEQIndex(DIM, base=base_kind, **kw)
+
+
+# -- slow references ----------------------------------------------------------------------------
+
+
+def scan_reference(lut, codes, norm_codes, norm_codebook, k):
+    """numpy: score every item, top-k best first, ties to the smaller position."""
+    nq, M, _ = lut.shape
+    s = np.zeros((nq, codes.shape[0]), np.float32)
+    for m in range(M):
+        s += lut[:, m, codes[:, m]]
+    s *= norm_codebook[norm_codes][None, :]
+    order = np.lexsort((np.broadcast_to(np.arange(s.shape[1]), s.shape), -s), axis=1)[:, :k]
+    pos = np.full((nq, k), -1, np.int64)
+    sc = np.full((nq, k), -np.inf, np.float32)
+    pos[:, : order.shape[1]] = order
+    sc[:, : order.shape[1]] = np.take_along_axis(s, order, 1)
+    return pos, sc
+
+
+def kmeans_1d_reference(v, c, n_iter):
+    for _ in range(n_iter):
+        a = np.abs(v[:, None] - c[None, :]).argmin(1)
+        c = np.array([v[a == j].mean() if (a == j).any() else c[j] for j in range(c.size)])
+        c.sort()
+    return c
+
+
+@pytest.mark.parametrize("n,k", [(500, 10), (7, 10), (300, 300)])
+def test_scan_kernel_matches_reference(n, k):
+    rng = np.random.default_rng(n)
+    lut = rng.standard_normal((5, 3, 16)).astype(np.float32)
+    lut[:, :, 3] = lut[:, :, 4]  # force ties between items
+    codes = rng.integers(0, 16, (n, 3)).astype(np.uint8)
+    nc = rng.integers(0, 16, n).astype(np.uint8)
+    ncb = rng.uniform(0.5, 2, 16).astype(np.float32)
+    ref_pos, ref_s = scan_reference(lut, codes, nc, ncb, k)
+    for fn in (K.scan_batch, K.scan_batch_parallel):
+        pos, s = fn(lut, codes, nc, ncb, k)
+        np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-5)
+        # positions agree wherever scores are not tied within float noise
+        same = np.isclose(s, ref_s, rtol=1e-6) & (pos >= 0)
+        assert (pos[same] == ref_pos[same]).mean() > 0.97
+        assert ((pos < 0) == (ref_pos < 0)).all()
+
+
+def test_kmeans_1d_matches_reference():
+    rng = np.random.default_rng(0)
+    v = np.sort(rng.lognormal(0, 0.5, 3000))
+    init = np.quantile(v, (np.arange(8) + 0.5) / 8)
+    np.testing.assert_allclose(K.kmeans_1d(v, init, 20), kmeans_1d_reference(v, init, 20),
+                               rtol=1e-9)  # fmt: skip
+    cb = norm_codebook_1d(v, 8)
+    assert np.all(np.diff(cb) >= 0)
+    # nearest-codeword encoding
+    codes = encode_norm(v.astype(np.float32), cb)
+    assert (codes == np.abs(v[:, None] - cb[None, :]).argmin(1)).mean() > 0.999
+
+
+# -- the estimator --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("base_kind", ["pq", "opq", "rq", "lsq"])
+def test_scan_estimate_equals_decode_then_dot(base_kind, data):
+    base, queries = data
+    idx = small(base_kind)
+    idx.train(base[:2000])
+    idx.add(base)
+    it = idx._items
+    est = queries[:5] @ idx.decode(it.codes, it.norm_codes).T
+    r = idx.search(queries[:5], len(idx))
+    np.testing.assert_allclose(r.scores, np.take_along_axis(est, r.ids, 1), rtol=1e-4,
+                               atol=1e-5)  # fmt: skip
+    assert (np.diff(r.scores, axis=1) <= 0).all()
+
+
+def test_relative_norm_is_the_target(data):
+    base, _ = data
+    idx = NEQIndex(DIM, base="pq", n_codebooks=3, nbits=8, progress=False)
+    idx.train(base)
+    idx.add(base)
+    it = idx._items
+    _, rel = idx.encode_directions(base)
+    nrm = np.linalg.norm(base, axis=1)
+    # coarse direction codes decode to non-unit vectors, so l differs from |x| on this fixture
+    assert np.median(np.abs(rel / nrm - 1)) > 0.03  # observed 0.066
+    # the codebook approximates l (not |x|) ...
+    err_rel = np.median(np.abs(idx._norm_codebook[it.norm_codes] - rel) / rel)
+    assert err_rel < 0.01  # observed 0.0015
+    # ... so a reconstructed item has the item's norm
+    dec_norm = np.linalg.norm(idx.decode(it.codes, it.norm_codes), axis=1)
+    assert np.median(np.abs(dec_norm / nrm - 1)) < 0.01  # observed 0.0015
+
+
+def test_more_codebooks_never_lower_recall(data, oracle):
+    base, queries = data
+    recs = []
+    for M in (2, 3, 5, 9):
+        idx = NEQIndex(DIM, base="pq", n_codebooks=M, nbits=6, progress=False)
+        idx.train(base)
+        idx.add(base)
+        r = idx.search(queries, 10)
+        recs.append(recall_at_k(r.ids, oracle.ids, 10, gt_scores=oracle.scores, queries=queries,
+                                base=base, metric="ip"))  # fmt: skip
+    # observed 0.77, 0.81, 0.83, 0.89
+    assert all(b >= a for a, b in zip(recs, recs[1:], strict=False)), recs
+    assert recs[-1] > 0.85
+
+
+def test_rerank_reaches_exact_recall(data, oracle):
+    base, queries = data
+    idx = NEQIndex(DIM, base="rq", n_codebooks=4, nbits=6, keep_vectors=True, progress=False)
+    idx.train(base)
+    idx.add(base)
+    r = idx.search(queries, 10, rerank=200)
+    rec = recall_at_k(r.ids, oracle.ids, 10, gt_scores=oracle.scores, queries=queries, base=base,
+                      metric="ip")  # fmt: skip
+    assert rec >= 0.95  # observed 1.0
+    np.testing.assert_allclose(r.scores, np.take_along_axis(queries @ base.T, r.ids, 1),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+
+
+def test_threads_batches_and_remove(data):
+    base, queries = data
+    idx = small("pq")
+    idx.train(base)
+    idx.add(base)
+    a = idx.search(queries, 10)
+    b = idx.search(queries, 10, n_threads=2)
+    c = np.vstack([idx.search(q, 10).ids for q in queries])
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.ids, c)
+    gone = np.unique(a.ids[:, 0])
+    idx.remove(gone)
+    assert len(idx) == len(base) - gone.size
+    assert not np.isin(idx.search(queries, 10).ids, gone).any()
+
+
+@pytest.mark.parametrize("base_kind", ["opq", "rq", "lsq"])
+def test_save_load_roundtrip(base_kind, data, tmp_path):
+    base, queries = data
+    idx = small(base_kind, keep_vectors=True)
+    idx.train(base[:1000])
+    idx.add(base[:1500])
+    idx.save(tmp_path / "neq.idx")
+    back = ss.load(tmp_path / "neq.idx")
+    assert isinstance(back, NEQIndex) and len(back) == 1500
+    for kw in ({}, {"rerank": 50}):
+        r1, r2 = idx.search(queries, 10, **kw), back.search(queries, 10, **kw)
+        np.testing.assert_array_equal(r1.ids, r2.ids)
+        np.testing.assert_array_equal(r1.scores, r2.scores)
+
+
+def test_faiss_baseline_at_equal_bits(data):
+    base, queries = data
+    d = padded_dim(DIM, 3, "pq")
+    fb = faiss_baseline("pq", DIM, 3, nbits=5)
+    fb.train(pad(base, d))
+    fb.add(pad(base, d))
+    assert fb.sa_code_size() == small("pq").code_size == 2
+    D, _ = fb.search(pad(queries, d), 5)
+    assert np.isfinite(D).all()
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"base": "ivf"}, {"n_codebooks": 1}, {"nbits": 9}, {"nbits": 0}, {"keep_vectors": 1},
+     {"rq_beam_size": 0}, {"metric": "l2"}],
+)  # fmt: skip
+def test_bad_build_params(kw):
+    with pytest.raises(errors.InvalidParameterError):
+        NEQIndex(DIM, **kw)
+
+
+def test_bad_use(data):
+    base, queries = data
+    idx = small("pq")
+    with pytest.raises(errors.NotTrainedError):
+        idx.add(base)
+    with pytest.raises(errors.InvalidParameterError, match="at least"):
+        idx.train(base[:10])
+    idx.train(base)
+    idx.add(base[:100])
+    with pytest.raises(errors.InvalidParameterError, match="keep_vectors"):
+        idx.search(queries, 5, rerank=10)
+    with pytest.raises(errors.InvalidParameterError):
+        idx.search(queries, 5, n_threads=0)
+    with pytest.raises(errors.InvalidParameterError):
+        idx.search(queries, 5, ef=3)
+    with pytest.raises(errors.DimensionMismatchError):
+        idx.search(queries[:, :3], 5)
+    r = idx.search(queries[:2], 150)  # k > n pads
+    assert (r.ids[:, 100:] == -1).all() and np.isneginf(r.scores[:, 100:]).all()
