@@ -12,7 +12,7 @@ from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
 from simsearch.lsh import NormRangingLSH, SimpleLSH, pair_order, pair_scores
 from simsearch.lsh import _kernels as K
-from simsearch.lsh.nr_lsh import RANKINGS, simple_lsh_transform
+from simsearch.lsh.nr_lsh import RANKINGS, _angle_cdf, _tie_order, simple_lsh_transform
 
 DIM, N, K10 = 32, 8000, 10
 
@@ -60,6 +60,19 @@ def ref_codes(x, U_item, projT):
     )
 
 
+def trace(idx, q, ranking, n_probe=N + 1, k=K10):
+    """The buckets the kernel probes for q, with the arguments the class passes."""
+    st = idx._state
+    H = idx.n_hash_bits + 1
+    pr, ph = pair_order(st.U, idx.n_hash_bits, "ucb" if ranking == "threshold" else ranking)
+    if ranking == "threshold":
+        cdf, tie = _angle_cdf(idx.n_hash_bits), _tie_order(st.U, idx.n_hash_bits)
+    else:
+        cdf, tie = np.zeros((1, 1)), np.zeros(0, np.int64)
+    return K.probe_trace(q, idx._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart,
+                         pr.astype(np.int64) * H + ph, st.U, cdf, tie, n_probe, k)  # fmt: skip
+
+
 def ref_probe_order(idx, q, ranking):
     """Every bucket scored directly by the formula, sorted by (score desc, U desc, h asc,
     range asc, bucket index asc)."""
@@ -85,26 +98,22 @@ def test_hash_kernel_matches_numpy(data):
     np.testing.assert_allclose(np.linalg.norm(P, axis=1), 1.0, rtol=1e-9)
 
 
-@pytest.mark.parametrize("ranking", RANKINGS)
+@pytest.mark.parametrize("ranking", ["ucb", "shifted", "plain"])
 def test_probe_order_matches_reference(nr, data, ranking):
     _, queries, _ = data
     st = nr._state
     for q in queries[:5]:
-        pr, ph = pair_order(st.U, nr.n_hash_bits, ranking)
-        got = K.probe_trace(q, nr._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, pr, ph,
-                            N + 1)  # fmt: skip
+        got = trace(nr, q, ranking)
         np.testing.assert_array_equal(got, ref_probe_order(nr, q, ranking))
 
 
 def test_simple_lsh_probes_by_hamming(simple, data):
     st = simple._state
     q = data[1][0]
-    pr, ph = pair_order(st.U, simple.n_hash_bits)
-    trace = K.probe_trace(q, simple._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, pr,
-                          ph, N + 1)  # fmt: skip
+    trace_ = trace(simple, q, "plain")
     qc = int(K.hash_query(q, simple._projT))
-    h = np.array([bin(int(c) ^ qc).count("1") for c in st.bcode[trace]])
-    assert (np.diff(h) >= 0).all() and trace.size == st.bcode.size
+    h = np.array([bin(int(c) ^ qc).count("1") for c in st.bcode[trace_]])
+    assert (np.diff(h) >= 0).all() and trace_.size == st.bcode.size
 
 
 def test_buckets_are_compact_and_consistent(nr, data):

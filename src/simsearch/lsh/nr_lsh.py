@@ -35,6 +35,7 @@ time the range is reached (no per-query sort over all buckets).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from . import _kernels as K
 
 log = logging.getLogger(__name__)
 
-RANKINGS = ("ucb", "shifted", "plain")
+RANKINGS = ("threshold", "ucb", "shifted", "plain")
 DEFAULT_RANKING = "ucb"
 DEFAULT_UCB_QUANTILE = 0.1
 _TINY = 1e-30
@@ -76,7 +77,7 @@ def pair_scores(
         c = np.cos(np.pi * (1.0 - p))
     elif ranking == "shifted":
         c = np.cos(np.pi * (1.0 - (0.4 + 0.6 * p)))
-    elif ranking == "ucb":
+    elif ranking in ("ucb", "threshold"):  # threshold starts from the ucb order
         from scipy.special import betaincinv
 
         a_lo = betaincinv(h + 1.0, L - h + 1.0, ucb_quantile)
@@ -99,6 +100,29 @@ def pair_order(
     Ur = np.asarray(U, np.float64)[r]
     o = np.lexsort((r, h, -Ur, -s.ravel()))
     return np.ascontiguousarray(r[o], np.int32), np.ascontiguousarray(h[o], np.int32)
+
+
+_GRID = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _angle_cdf(n_hash_bits: int) -> np.ndarray:
+    """P(a / pi <= t | h mismatches) for t on a grid of _GRID + 1 points over [0, 1]: the
+    Beta(h + 1, L - h + 1) posterior of the angle (uniform prior). float64 (L + 1, _GRID + 1)."""
+    from scipy.special import betainc
+
+    L = n_hash_bits
+    h = np.arange(L + 1, dtype=np.float64)[:, None]
+    t = np.linspace(0.0, 1.0, _GRID + 1)[None, :]
+    return np.ascontiguousarray(betainc(h + 1.0, L - h + 1.0, t))
+
+
+def _tie_order(U: np.ndarray, n_hash_bits: int) -> np.ndarray:
+    """Pairs r * (L + 1) + h by larger U_r, then smaller h, then smaller r (int64)."""
+    H = n_hash_bits + 1
+    r = np.repeat(np.arange(U.size), H)
+    h = np.tile(np.arange(H), U.size)
+    return (r * H + h)[np.lexsort((r, h, -np.asarray(U)[r]))].astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -237,9 +261,16 @@ class _RangedLSH(Index):
         if not (isinstance(ucb_quantile, float | int) and 0.0 < float(ucb_quantile) < 1.0):
             raise InvalidParameterError(f"ucb_quantile must be in (0, 1); got {ucb_quantile!r}")
         st = self._state
-        pr, ph = pair_order(st.U, self.n_hash_bits, ranking, float(ucb_quantile))
-        args = (q, self._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, pr, ph,
-                max(T, k), k)  # fmt: skip
+        H = self.n_hash_bits + 1
+        static = "ucb" if ranking == "threshold" else ranking
+        pr, ph = pair_order(st.U, self.n_hash_bits, static, float(ucb_quantile))
+        seq0 = pr.astype(np.int64) * H + ph
+        if ranking == "threshold":
+            cdf, tie = _angle_cdf(self.n_hash_bits), _tie_order(st.U, self.n_hash_bits)
+        else:
+            cdf, tie = np.zeros((1, 1)), np.zeros(0, np.int64)
+        args = (q, self._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, seq0, st.U, cdf,
+                tie, max(T, k), k)  # fmt: skip
         if n_threads == 1 or q.shape[0] == 1:
             ids, S, probed, nb = K.search_batch(*args)
         else:
