@@ -21,7 +21,7 @@ RW, RO = "rw-" + "a" * 32, "ro-" + "b" * 32
 def test_tokens(server_factory, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# role token\nread-write {RW}\n\nread-only {RO}\n")
-    server = server_factory("--tokens-file", str(tokens))
+    server = server_factory("--tokens-file", str(tokens), "--reflection")
     rw = server.client(token=RW, timeout=10)
     col = rw.create_collection("secret", DIM, "l2", "flat")
     col.add(np.eye(DIM))
@@ -49,6 +49,24 @@ def test_tokens(server_factory, tmp_path):
         with pytest.raises(PermissionDeniedError):
             write()
     assert len(col) == DIM and rw.list_collections() == ["secret"]
+
+    # reflection (asked for with --reflection) lists the services, behind the token too
+    import grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(server.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        req = reflection_pb2.ServerReflectionRequest(list_services="")
+        resp = next(
+            stub.ServerReflectionInfo(
+                iter([req]), timeout=10, metadata=(("authorization", f"Bearer {RO}"),)
+            )
+        )
+        names = {s.name for s in resp.list_services_response.service}
+        assert {"simsearch.v1.SimSearch", "grpc.health.v1.Health"} <= names
+        with pytest.raises(grpc.RpcError) as ei:
+            next(stub.ServerReflectionInfo(iter([req]), timeout=10))
+        assert ei.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert server.stop() == 0
 
 
