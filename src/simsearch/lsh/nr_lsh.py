@@ -18,9 +18,9 @@ cos(a) = <q, x> / (|q| U_j); so the paper's score U_j cos(pi (1 - p)) is a plug-
   large-norm ranges, where MIPS answers live, are probed after every low-norm bucket with
   p >= 1/2 (about half of the data). True neighbours whose bucket drew p < 1/2 by chance are
   then found only after ~n/2 probes, and recall plateaus.
-- ``"shifted"``: the authors' code, p' = 0.4 + 0.6 p. It is an optimistic shift (p' >= p, most
+- ``"shifted"``: the authors' code, p' = 0.4 + 0.6 p.  Default: it measured best in bench (docs/bench-lsh.md). It is an optimistic shift (p' >= p, most
   at small p) that also bounds the negative side at cos(0.6 pi) = -0.31.
-- ``"ucb"`` (default): an upper confidence bound on <q, x> / |q|. The angle a / pi given h
+- ``"ucb"``: an upper confidence bound on <q, x> / |q|. The angle a / pi given h
   mismatches of L bits has the Beta(h + 1, L - h + 1) posterior (uniform prior); the score is
   U_j cos(pi a_lo), a_lo its ``ucb_quantile`` quantile (the small angle it exceeds with
   probability 1 - quantile). Best-first search for a maximum should rank by an optimistic
@@ -50,7 +50,7 @@ from . import _kernels as K
 log = logging.getLogger(__name__)
 
 RANKINGS = ("threshold", "ucb", "shifted", "plain")
-DEFAULT_RANKING = "ucb"
+DEFAULT_RANKING = "shifted"
 DEFAULT_UCB_QUANTILE = 0.1
 _TINY = 1e-30
 
@@ -332,7 +332,7 @@ class NormRangingLSH(_RangedLSH):
 
     Search parameters (per call): ``n_probe_items`` (the paper's T, default 1000; raised to k):
     probe buckets in ranked order until at least T items are probed, re-rank them by exact inner
-    product; T >= len(index) gives the exact answer. ``ranking`` ("ucb" default, "shifted",
+    product; T >= len(index) gives the exact answer. ``ranking`` ("shifted" default, "ucb", "threshold",
     "plain") and ``ucb_quantile`` (default 0.1): the bucket score, see the module docstring.
     ``n_threads``: 1 (default) or more / -1 (all cores) to spread a batch over numba threads.
 
