@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="glove-50, ml100k-svd, words or proteins")
     dsub.add_parser("list", help="list datasets and whether they are cached")
     da.set_defaults(func=_data)
+
+    try:  # `simsearch serve` needs the service extra (grpcio)
+        from .service.server import add_serve_parser
+    except ImportError:
+        pass
+    else:
+        add_serve_parser(sub)
     return p
 
 
