@@ -295,3 +295,4 @@ def make_adapter(name: str, metric: str, **build_params: Any) -> Adapter:
         raise ValueError(f"unknown adapter {name!r}; known: {sorted(ADAPTERS)}") from None
     return cls(metric, **build_params)
 from . import adapters_lsh  # noqa: E402,F401  (registers the LSH adapters)
+from . import adapters_graph  # noqa: E402,F401  (registers the ip-NSW+ adapters)

@@ -16,7 +16,7 @@ from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
 from simsearch.graph import IPNSWPlus
 from simsearch.graph import _kernels as K
-from simsearch.graph.ipnsw_plus import extract_hnswlib_graph
+from simsearch.graph.ipnsw_plus import extract_hnswlib_graph, insert_items
 
 # -- slow references ---------------------------------------------------------------------------
 
@@ -169,13 +169,11 @@ def test_insert_batch_matches_reference(batch):
                        vis, tags)  # fmt: skip
     got = [sorted(links[i, : degree[i]].tolist()) for i in range(n)]
     assert got == ref_build(xb, seeds, M, ef, batch)
-    # the parallel kernel builds the same graph
+    # the threaded driver builds the same graph
     links2, degree2 = np.full_like(links, -1), np.zeros_like(degree)
     ls2 = np.full_like(ls, -np.inf)
-    vis2, tags2 = np.zeros((2, n), np.int32), np.zeros(2, np.int64)
-    for s in range(0, n, batch):
-        K.insert_batch_parallel(xb, links2, degree2, ls2, s, min(n, s + batch),
-                                seeds[s : s + batch], ef, M, vis2, tags2)  # fmt: skip
+    insert_items(xb, links2, degree2, ls2, 0, n, seeds, ef, M, batch, np.zeros((2, n), np.int32),
+                 np.zeros(2, np.int64), 2)  # fmt: skip
     assert [sorted(links2[i, : degree2[i]].tolist()) for i in range(n)] == got
     np.testing.assert_allclose(K.recompute_link_scores(xb, links, degree)[links >= 0],
                                ls[links >= 0], rtol=1e-5, atol=1e-5)  # fmt: skip
@@ -200,7 +198,7 @@ def test_hnsw_replay_matches_hnswlib():
         pos, ndis = K.hnsw_query_batch(queries, min(ef, 10), ef, base_by_label, inv, True,
                                        g["links0"], g["degree0"], g["upper_links"],
                                        g["upper_degree"], g["upper_start"], g["entry"],
-                                       g["max_level"], np.zeros((1, 3000), np.int32))  # fmt: skip
+                                       g["max_level"], np.zeros(3000, np.int32))  # fmt: skip
         agree = np.mean([len(set(a) & set(b)) / len(a) for a, b in zip(pos, want, strict=True)])
         assert agree >= 0.99, (ef, agree)  # observed 1.0
         assert (ndis > 0).all()

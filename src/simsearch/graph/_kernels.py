@@ -1,5 +1,6 @@
 """numba kernels of ip-NSW+: the seeded inner-product graph search, the replay of an HNSW
-(hnswlib) search on its extracted graph, batched queries, and the inner-product graph insertion.
+(hnswlib) search on its extracted graph, blocks of queries, and the inner-product graph
+insertion. Kernels that run on threads release the GIL (``nogil``).
 
 Conventions. Items are rows of ``xb`` (float32 (n, d)) addressed by their position (int32).
 A graph is ``links`` int32 (n, width) with ``degree`` int32 (n,). A search keeps its beam in a
@@ -13,7 +14,7 @@ needs clearing between queries. Every search returns its number of distance comp
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 TAG_LIMIT = 2**31 - 8  # a visited array is zeroed when its tag would pass this
 
@@ -170,13 +171,17 @@ def _next_tag(visited, tag):
     return tag
 
 
-@njit(cache=True, fastmath=True)
-def _query_range(lo, hi, Q, k, ef, angular_ef, xb, inv_norm, live,
-                 a_links0, a_degree0, a_upper_links, a_upper_degree, a_upper_start, a_entry,
-                 a_max_level, ip_links, ip_degree, visited, tag,
-                 out_ids, out_scores, out_ndis):  # fmt: skip
-    """Answer queries lo..hi-1 (angular seeds, then the seeded inner-product search) with one
-    visited array; returns the last tag used."""
+@njit(cache=True, fastmath=True, nogil=True)
+def query_block(lo, hi, Q, k, ef, angular_ef, xb, inv_norm, live,
+                a_links0, a_degree0, a_upper_links, a_upper_degree, a_upper_start, a_entry,
+                a_max_level, ip_links, ip_degree, visited, tag,
+                out_ids, out_scores, out_ndis):  # fmt: skip
+    """ip-NSW+ queries lo..hi-1 of Q float32 (nq, d): the angular HNSW search (beam
+    ``angular_ef``) gives seeds, then the seeded inner-product search (beam ``ef``). Writes
+    positions int32 (-1 padding; deleted items skipped), inner products float32 and distance
+    computations (angular, inner product) into rows lo..hi-1 of ``out_ids`` (nq, k),
+    ``out_scores`` (nq, k), ``out_ndis`` int64 (nq, 2). ``visited`` int32 (n,) is this
+    thread's; returns the last tag used. Releases the GIL: threads run blocks in parallel."""
     cap = max(ef, angular_ef)
     pool_ids = np.empty(cap, np.int32)
     pool_scores = np.empty(cap, np.float32)
@@ -210,70 +215,27 @@ def _query_range(lo, hi, Q, k, ef, angular_ef, xb, inv_norm, live,
     return tag
 
 
-@njit(cache=True, fastmath=True)
-def query_batch(Q, k, ef, angular_ef, xb, inv_norm, live,
-                a_links0, a_degree0, a_upper_links, a_upper_degree, a_upper_start, a_entry,
-                a_max_level, ip_links, ip_degree, visited, tags):  # fmt: skip
-    """ip-NSW+ queries Q float32 (nq, d), one thread. Returns positions int32 (nq, k) (-1
-    padding), inner products float32 (nq, k), distance computations int64 (nq, 2): angular
-    graph, inner-product graph. ``visited`` int32 (1, n) and ``tags`` int64 (1,) are reused."""
-    nq = Q.shape[0]
-    out_ids = np.empty((nq, k), np.int32)
-    out_scores = np.empty((nq, k), np.float32)
-    out_ndis = np.zeros((nq, 2), np.int64)
-    tags[0] = _query_range(0, nq, Q, k, ef, angular_ef, xb, inv_norm, live, a_links0, a_degree0,
-                           a_upper_links, a_upper_degree, a_upper_start, a_entry, a_max_level,
-                           ip_links, ip_degree, visited[0], tags[0], out_ids, out_scores,
-                           out_ndis)  # fmt: skip
-    return out_ids, out_scores, out_ndis
-
-
-@njit(cache=True, fastmath=True, parallel=True)
-def query_batch_parallel(Q, k, ef, angular_ef, xb, inv_norm, live,
-                         a_links0, a_degree0, a_upper_links, a_upper_degree, a_upper_start,
-                         a_entry, a_max_level, ip_links, ip_degree, visited, tags):  # fmt: skip
-    """As :func:`query_batch`, the queries split in ``visited.shape[0]`` contiguous blocks run
-    by parallel threads, each with its own visited array (row of ``visited``) and tag."""
-    nq = Q.shape[0]
-    n_blocks = visited.shape[0]
-    out_ids = np.empty((nq, k), np.int32)
-    out_scores = np.empty((nq, k), np.float32)
-    out_ndis = np.zeros((nq, 2), np.int64)
-    step = (nq + n_blocks - 1) // n_blocks
-    for b in prange(n_blocks):
-        lo = min(nq, b * step)
-        hi = min(nq, lo + step)
-        tags[b] = _query_range(lo, hi, Q, k, ef, angular_ef, xb, inv_norm, live, a_links0,
-                               a_degree0, a_upper_links, a_upper_degree, a_upper_start, a_entry,
-                               a_max_level, ip_links, ip_degree, visited[b], tags[b], out_ids,
-                               out_scores, out_ndis)  # fmt: skip
-    return out_ids, out_scores, out_ndis
-
-
-@njit(cache=True, fastmath=True, parallel=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def hnsw_query_batch(Q, k, ef, xb, scale, use_scale, links0, degree0, upper_links,
                      upper_degree, upper_start, entry, max_level, visited):  # fmt: skip
     """Replay hnswlib's search for a batch (bench: counts the baseline's distance computations
     on its own graph). Returns positions int32 (nq, k) and distance computations int64 (nq,).
-    ``visited`` int32 (n_blocks, n), zeroed."""
+    ``visited`` int32 (n,), zeroed."""
     nq = Q.shape[0]
-    n_blocks = visited.shape[0]
     out_ids = np.full((nq, k), -1, np.int32)
     out_ndis = np.zeros(nq, np.int64)
-    step = (nq + n_blocks - 1) // n_blocks
-    for b in prange(n_blocks):
-        pool_ids = np.empty(ef, np.int32)
-        pool_scores = np.empty(ef, np.float32)
-        pool_done = np.empty(ef, np.bool_)
-        tag = 0
-        for i in range(min(nq, b * step), min(nq, b * step + step)):
-            tag = _next_tag(visited[b], tag)
-            size, nd = hnsw_search(xb, scale, use_scale, links0, degree0, upper_links,
-                                   upper_degree, upper_start, entry, max_level, Q[i], ef,
-                                   visited[b], tag, pool_ids, pool_scores, pool_done)  # fmt: skip
-            out_ndis[i] = nd
-            for t in range(min(k, size)):
-                out_ids[i, t] = pool_ids[t]
+    pool_ids = np.empty(ef, np.int32)
+    pool_scores = np.empty(ef, np.float32)
+    pool_done = np.empty(ef, np.bool_)
+    tag = 0
+    for i in range(nq):
+        tag = _next_tag(visited, tag)
+        size, nd = hnsw_search(xb, scale, use_scale, links0, degree0, upper_links, upper_degree,
+                               upper_start, entry, max_level, Q[i], ef, visited, tag, pool_ids,
+                               pool_scores, pool_done)  # fmt: skip
+        out_ndis[i] = nd
+        for t in range(min(k, size)):
+            out_ids[i, t] = pool_ids[t]
     return out_ids, out_ndis
 
 
@@ -300,11 +262,12 @@ def _link(links, degree, link_scores, j, i, s):
         link_scores[j, worst] = s
 
 
-@njit(cache=True, fastmath=True)
-def _search_phase(lo, hi, xb, links, degree, start, seeds, ef, visited, tag, cand_ids,
+@njit(cache=True, fastmath=True, nogil=True)
+def search_phase(lo, hi, xb, links, degree, start, seeds, ef, visited, tag, cand_ids,
                   cand_scores, cand_size):  # fmt: skip
     """Searches of batch rows lo..hi-1 (items start + r) on the graph as it was before the
-    batch, into the candidate arrays. Returns (last tag, distance computations)."""
+    batch, into the candidate arrays. Returns (last tag, distance computations). Releases the
+    GIL."""
     pool_ids = np.empty(ef, np.int32)
     pool_scores = np.empty(ef, np.float32)
     pool_done = np.empty(ef, np.bool_)
@@ -332,12 +295,12 @@ def _search_phase(lo, hi, xb, links, degree, start, seeds, ef, visited, tag, can
     return tag, ndis
 
 
-@njit(cache=True, fastmath=True)
-def _link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids, cand_scores,
+@njit(cache=True, fastmath=True, nogil=True)
+def link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids, cand_scores,
                 cand_size):  # fmt: skip
     """Sequential, in item order: item i's candidates are its search results plus the batch
     items before it (exact inner products); its top ``n_links`` become its links, and each
-    linked item gets the reverse link. Returns the distance computations."""
+    linked item gets the reverse link. Returns the exact inner products computed."""
     m = stop - start
     total = 0
     top_ids = np.empty(n_links, np.int32)
@@ -371,45 +334,25 @@ def insert_batch(xb, links, degree, link_scores, start, stop, seeds, ef, n_links
     yet and are skipped; with none left the search starts from item 0). Its seeded search
     (beam ``ef``) runs on the graph as it was before the batch; then :func:`_link_phase`. A
     batch thus misses only paths through its own new links. ``visited`` int32 (1, n), ``tags``
-    int64 (1,). Returns the distance computations.
+    int64 (1,). Returns the distance computations. (Threads run :func:`search_phase` on
+    blocks of rows, then :func:`link_phase`: the same graph.)
     """
     m = stop - start
     cand_ids = np.empty((m, ef), np.int32)
     cand_scores = np.empty((m, ef), np.float32)
     cand_size = np.zeros(m, np.int64)
-    tags[0], nd = _search_phase(0, m, xb, links, degree, start, seeds, ef, visited[0], tags[0],
+    tags[0], nd = search_phase(0, m, xb, links, degree, start, seeds, ef, visited[0], tags[0],
                                 cand_ids, cand_scores, cand_size)  # fmt: skip
-    return nd + _link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids,
+    return nd + link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids,
                             cand_scores, cand_size)  # fmt: skip
 
 
-@njit(cache=True, fastmath=True, parallel=True)
-def insert_batch_parallel(xb, links, degree, link_scores, start, stop, seeds, ef, n_links,
-                          visited, tags):  # fmt: skip
-    """As :func:`insert_batch`, the searches split in ``visited.shape[0]`` parallel blocks; the
-    graph is the same whatever the number of blocks."""
-    m = stop - start
-    n_blocks = visited.shape[0]
-    cand_ids = np.empty((m, ef), np.int32)
-    cand_scores = np.empty((m, ef), np.float32)
-    cand_size = np.zeros(m, np.int64)
-    ndis = np.zeros(n_blocks, np.int64)
-    step = (m + n_blocks - 1) // n_blocks
-    for b in prange(n_blocks):
-        lo = min(m, b * step)
-        tags[b], ndis[b] = _search_phase(lo, min(m, lo + step), xb, links, degree, start, seeds,
-                                         ef, visited[b], tags[b], cand_ids, cand_scores,
-                                         cand_size)  # fmt: skip
-    return ndis.sum() + _link_phase(xb, links, degree, link_scores, start, stop, n_links,
-                                    cand_ids, cand_scores, cand_size)  # fmt: skip
-
-
-@njit(cache=True, fastmath=True, parallel=True)
+@njit(cache=True, fastmath=True, nogil=True)
 def recompute_link_scores(xb, links, degree):
     """Inner products of every link, float32 (n, width) (not saved; rebuilt after load)."""
     n, width = links.shape
     out = np.full((n, width), -np.inf, np.float32)
-    for i in prange(n):
+    for i in range(n):
         for t in range(degree[i]):
             out[i, t] = _dot(xb[i], xb[links[i, t]])
     return out
