@@ -1,0 +1,192 @@
+"""CNNEDEncoder: strings -> 128-d float32 vectors whose L2 distances approximate edit distance
+(divided by the training set's mean edit distance)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError
+from ..index import check_int, read_index_file, write_index_file
+from ._alphabet import Alphabet, check_strings
+
+log = logging.getLogger(__name__)
+
+FILE_CLASS = "cnned-encoder"
+
+
+class CNNEDEncoder:
+    """Convolutional edit-distance embedding (Dai et al., SIGIR 2020).
+
+    Parameters
+    ----------
+    alphabet : the fixed set of characters (None: learned by :meth:`fit` from its strings).
+        Strings with other characters are refused with UnknownCharacterError.
+    max_len : one-hot length (the paper's M); longer strings are truncated for embedding only.
+    embed_dim : embedding dimension (paper: 128).
+    n_layers : number of [conv -> pool] layers; None follows ``max_len``
+        (:func:`default_n_layers`: 1 for words, 6 for length 1,024).
+    channels : convolution channels (paper: 8).
+    seed : seeds the weights, the triplet sampling and the validation split.
+
+    Training and encoding are deterministic on the CPU for a given seed and thread count; they
+    set torch's thread count and deterministic mode for their duration and restore them after,
+    so do not run them concurrently with other torch work in the same process.
+    """
+
+    def __init__(self, alphabet: str | None = None, max_len: int = 32, embed_dim: int = 128,
+                 n_layers: int | None = None, channels: int = 8, seed: int = 0):
+        self.max_len = check_int("max_len", max_len, 1, 1 << 16)
+        self.embed_dim = check_int("embed_dim", embed_dim, 1, 1 << 14)
+        self.channels = check_int("channels", channels, 1, 1024)
+        self.seed = check_int("seed", seed, 0)
+        if n_layers is None:
+            from .model import default_n_layers
+
+            n_layers = default_n_layers(self.max_len)
+        self.n_layers = check_int("n_layers", n_layers, 1, 16)
+        self.alphabet = Alphabet(alphabet) if alphabet is not None else None
+        self.mean_distance: float | None = None  # the training set's mean edit distance
+        self.report = None  # TrainReport of the last fit()
+        self._net = None
+
+    def __repr__(self) -> str:
+        return (f"CNNEDEncoder(max_len={self.max_len}, embed_dim={self.embed_dim}, "
+                f"n_layers={self.n_layers}, channels={self.channels}, seed={self.seed}, "
+                f"alphabet={len(self.alphabet) if self.alphabet else None} chars, "
+                f"trained={self.is_trained})")
+
+    @property
+    def is_trained(self) -> bool:
+        return self.mean_distance is not None
+
+    @property
+    def dim(self) -> int:
+        return self.embed_dim
+
+    def _build(self):
+        from .model import CNNEDNet
+
+        self._net = CNNEDNet(len(self.alphabet), self.max_len, self.embed_dim, self.n_layers,
+                             self.channels)
+        return self._net
+
+    def fit(self, strings: list[str], epochs: int = 30, batch_size: int = 64,
+            n_train: int = 5000, n_neighbors: int = 100, learning_rate: float = 1e-3,
+            early_stopping: int | None = None, validation_fraction: float = 0.1,
+            n_threads: int = 2, progress: bool = True) -> CNNEDEncoder:
+        """Train on (a seeded sample of) ``strings``.
+
+        epochs : passes over the training anchors (each draws fresh triplets).
+        n_train : training sample size; exact edit distances among the sample pick triplets.
+        n_neighbors : the paper's 2K: each anchor's two partners come from its 2K nearest.
+        early_stopping : patience in epochs on held-out anchors' triplet loss (None: off).
+        n_threads : torch and rapidfuzz threads.
+        """
+        from . import model as M
+        from . import training as T
+
+        strings = check_strings(strings)
+        epochs = check_int("epochs", epochs, 1, 100_000)
+        batch_size = check_int("batch_size", batch_size, 1, 1 << 16)
+        n_train = check_int("n_train", n_train, 3)
+        n_neighbors = check_int("n_neighbors", n_neighbors, 2)
+        n_threads = check_int("n_threads", n_threads, 1, 1024)
+        if early_stopping is not None:
+            early_stopping = check_int("early_stopping", early_stopping, 1)
+        if not 0.0 < validation_fraction < 0.5:
+            raise InvalidParameterError(
+                f"validation_fraction must be in (0, 0.5); got {validation_fraction}")
+        if not learning_rate > 0:
+            raise InvalidParameterError(f"learning_rate must be > 0; got {learning_rate}")
+        uniq = sorted(set(strings))
+        if len(uniq) < 3:
+            raise InvalidParameterError(
+                f"training needs at least 3 distinct strings; got {len(uniq)}")
+        if self.alphabet is None:
+            self.alphabet = Alphabet.from_strings(uniq)
+        rng = np.random.default_rng(self.seed)
+        pick = np.sort(rng.choice(len(uniq), min(n_train, len(uniq)), replace=False))
+        sample = [uniq[i] for i in pick]
+        codes, _ = self.alphabet.encode(sample, self.max_len, "training strings")
+        t0 = time.perf_counter()
+        nb = T.nearest_neighbours(sample, n_neighbors, workers=n_threads, progress=progress)
+        t_nb = time.perf_counter() - t0
+        log.info("neighbours of %d training strings in %.1f s; mean edit distance %.3f",
+                 len(sample), t_nb, nb.mean_distance)
+        with M.torch_session(n_threads, self.seed):
+            net = self._build()
+            report = T.train(net, codes, sample, nb, epochs=epochs,
+                             batch_size=batch_size, learning_rate=learning_rate,
+                             early_stopping=early_stopping,
+                             validation_fraction=validation_fraction, seed=self.seed,
+                             progress=progress)
+        report.neighbour_seconds = t_nb
+        self.report = report
+        self.mean_distance = nb.mean_distance
+        return self
+
+    def encode(self, strings: list[str], batch_size: int = 2048, n_threads: int = 1) -> np.ndarray:
+        """Embeddings float32 (n, embed_dim). Strings are checked against the alphabet first."""
+        from . import model as M
+
+        strings = check_strings(strings)
+        if not self.is_trained:
+            raise NotTrainedError("CNNEDEncoder must be fit() (or loaded) before encode()")
+        batch_size = check_int("batch_size", batch_size, 1)
+        n_threads = check_int("n_threads", n_threads, 1, 1024)
+        codes, _ = self.alphabet.encode(strings, self.max_len)
+        out = np.empty((len(strings), self.embed_dim), np.float32)
+        import torch
+
+        with M.torch_session(n_threads), torch.inference_mode():
+            for s in range(0, len(strings), batch_size):
+                x = self._net.one_hot(codes[s : s + batch_size])
+                out[s : s + batch_size] = self._net(x).numpy()
+        return out
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def _state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        if not self.is_trained:
+            raise NotTrainedError("an untrained CNNEDEncoder has nothing to save")
+        from .model import state_to_numpy
+
+        header = {
+            "class": FILE_CLASS, "metric": "l2", "dim": self.embed_dim, "count": 0,
+            "params": {"alphabet": self.alphabet.chars, "max_len": self.max_len,
+                       "embed_dim": self.embed_dim, "n_layers": self.n_layers,
+                       "channels": self.channels, "seed": self.seed},
+            "meta": {"mean_distance": self.mean_distance},
+        }
+        return header, state_to_numpy(self._net)
+
+    @classmethod
+    def _from_state(cls, header: dict, arrays: dict[str, np.ndarray], where: str) -> CNNEDEncoder:
+        from .model import state_from_numpy
+
+        try:
+            if header.get("class") != FILE_CLASS:
+                raise ValueError(f"holds a {header.get('class')!r}, not a {FILE_CLASS!r}")
+            enc = cls(**header["params"])
+            enc._build()
+            state_from_numpy(enc._net, arrays)
+            enc._net.eval()
+            enc.mean_distance = float(header["meta"]["mean_distance"])
+        except Exception as exc:  # a file that parses but does not describe an encoder
+            raise CorruptIndexError(f"{where} could not be restored as a CNNEDEncoder: {exc}") \
+                from None
+        return enc
+
+    def save(self, path: str | os.PathLike) -> None:
+        """One checksummed file, written atomically (weights as raw arrays; no pickle)."""
+        header, arrays = self._state()
+        write_index_file(path, header, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CNNEDEncoder:
+        header, arrays = read_index_file(path)
+        return cls._from_state(header, arrays, str(path))

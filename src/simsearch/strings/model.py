@@ -1,0 +1,84 @@
+"""The CNN-ED network (torch). Imported only when an encoder is built, so ``import simsearch``
+never loads torch."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def default_n_layers(max_len: int) -> int:
+    """Depth that follows the maximum length: pool until about 16 positions are left, so words
+    (max_len 32) get one layer and strings of 1,024 get six; at least 1, at most 12."""
+    return int(min(12, max(1, math.ceil(math.log2(max(max_len, 2))) - 4)))
+
+
+class CNNEDNet(nn.Module):
+    """One-hot (N, C, M) -> embedding (N, embed_dim).
+
+    Every character's indicator row is a separate one-channel signal and all rows share the
+    convolutions, as in the paper: [Conv1d(kernel 3) -> ReLU -> pool 2] x n_layers (max pooling
+    for shallow stacks, average pooling for deep ones, which keeps long-range counts), flatten,
+    then one linear layer to the embedding.
+    """
+
+    def __init__(self, n_chars: int, max_len: int, embed_dim: int, n_layers: int, channels: int):
+        super().__init__()
+        self.n_chars, self.n_layers = n_chars, n_layers
+        step = 1 << n_layers
+        self.padded_len = -(-max_len // step) * step  # each pooling halves: pad to a multiple
+        pool = nn.MaxPool1d if n_layers <= 2 else nn.AvgPool1d
+        layers: list[nn.Module] = []
+        in_ch = 1
+        for _ in range(n_layers):
+            layers += [nn.Conv1d(in_ch, channels, 3, padding=1, bias=False), nn.ReLU(), pool(2)]
+            in_ch = channels
+        self.conv = nn.Sequential(*layers)
+        self.flat_size = n_chars * channels * (self.padded_len // step)
+        self.fc = nn.Linear(self.flat_size, embed_dim)
+
+    def one_hot(self, codes: np.ndarray) -> torch.Tensor:
+        """uint8 codes (N, M), 0 = padding -> float32 one-hot (N, C, padded_len)."""
+        c = torch.from_numpy(np.ascontiguousarray(codes)).long()
+        if c.shape[1] < self.padded_len:
+            c = F.pad(c, (0, self.padded_len - c.shape[1]))
+        x = F.one_hot(c, self.n_chars + 1).to(torch.float32)  # (N, M, C + 1)
+        return x[:, :, 1:].permute(0, 2, 1).contiguous()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, c, m = x.shape
+        h = self.conv(x.reshape(n * c, 1, m))
+        return self.fc(h.reshape(n, self.flat_size))
+
+
+@contextlib.contextmanager
+def torch_session(n_threads: int, seed: int | None = None) -> Iterator[None]:
+    """Deterministic CPU torch for the duration: a fixed thread count, deterministic algorithms,
+    and (with ``seed``) a private RNG stream. The previous global settings are restored after,
+    so the application's own torch configuration is left alone."""
+    old_threads = torch.get_num_threads()
+    old_det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(n_threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def state_to_numpy(net: nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in net.state_dict().items()}
+
+
+def state_from_numpy(net: nn.Module, arrays: dict[str, np.ndarray]) -> None:
+    net.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)

@@ -1,0 +1,189 @@
+"""CNN-ED training: neighbour lists by exact edit distance, triplet sampling, the loss (triplet
+with the edit-distance-gap margin plus the approximation term) and its weight schedule."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from .brute import edit_distance_matrix
+from .cgk import _topk_small
+
+log = logging.getLogger(__name__)
+
+# (triplet weight, approximation weight) per fifth of the epochs: the approximation term first
+# sets the scale of the embedding (distances ~ edit distance / mean), then the triplet term
+# takes over and refines the ranking near each anchor, which is what top-k search needs.
+SCHEDULE = ((1.0, 10.0), (10.0, 10.0), (10.0, 1.0), (5.0, 0.1), (1.0, 0.01))
+
+
+def schedule_weights(epoch: int, n_epochs: int) -> tuple[float, float]:
+    """(triplet, approximation) weights of ``epoch`` (0-based) in a run of ``n_epochs``."""
+    phase = min(len(SCHEDULE) - 1, epoch * len(SCHEDULE) // max(n_epochs, 1))
+    return SCHEDULE[phase]
+
+
+def cnned_loss(
+    ea: torch.Tensor, ep: torch.Tensor, en: torch.Tensor,
+    d_ap: torch.Tensor, d_an: torch.Tensor, d_pn: torch.Tensor,
+    w_triplet: float, w_approx: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Loss of a batch of triplets. ``ea``, ``ep``, ``en`` (B, d) embeddings of anchor, positive,
+    negative; ``d_*`` (B,) edit distances already divided by the training set's mean.
+
+    triplet  = mean relu(|ea - ep| - |ea - en| + (d_an - d_ap))     margin: the true gap
+    approx   = mean sqrt((|ea-ep| - d_ap)^2 + (|ea-en| - d_an)^2 + (|ep-en| - d_pn)^2)
+    total    = w_triplet * triplet + w_approx * approx
+    Returns (total, triplet, approx)."""
+    e_ap = _dist(ea, ep)
+    e_an = _dist(ea, en)
+    e_pn = _dist(ep, en)
+    triplet = F.relu(e_ap - e_an + (d_an - d_ap)).mean()
+    sq = (e_ap - d_ap) ** 2 + (e_an - d_an) ** 2 + (e_pn - d_pn) ** 2
+    approx = torch.sqrt(sq + 1e-12).mean()
+    return w_triplet * triplet + w_approx * approx, triplet, approx
+
+
+def _dist(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # +eps keeps the gradient finite when two embeddings coincide
+    return torch.sqrt(((a - b) ** 2).sum(1) + 1e-12)
+
+
+@dataclass
+class Neighbours:
+    """Each training string's ``n_neighbors`` nearest others by edit distance (ids, distances
+    int32), and the mean edit distance over all pairs (the normalising scale)."""
+
+    ids: np.ndarray
+    dists: np.ndarray
+    mean_distance: float
+
+
+def nearest_neighbours(strings: list[str], n_neighbors: int, workers: int = -1,
+                       block: int = 256, progress: bool = True) -> Neighbours:
+    """Exact neighbour lists of a training sample (rapidfuzz, in row blocks)."""
+    from tqdm.auto import tqdm
+
+    n = len(strings)
+    kk = min(n_neighbors, n - 1)
+    ids = np.empty((n, kk), np.int64)
+    dists = np.empty((n, kk), np.int32)
+    total = 0.0
+    big = np.iinfo(np.int32).max
+    with tqdm(total=n, desc="edit-distance neighbours", unit="str", leave=False,
+              disable=not progress or None) as bar:
+        for s in range(0, n, block):
+            d = edit_distance_matrix(strings[s : s + block], strings, workers)
+            total += float(d.sum(dtype=np.float64))
+            rows = np.arange(d.shape[0])
+            d[rows, s + rows] = big  # not one's own neighbour
+            ids[s : s + block], dists[s : s + block] = _topk_small(d, kk)
+            bar.update(d.shape[0])
+    mean = total / max(n * (n - 1), 1)
+    return Neighbours(ids, dists, max(mean, 1e-6))
+
+
+def sample_triplets(nb: Neighbours, anchors: np.ndarray, rng: np.random.Generator):
+    """For each anchor, two distinct random neighbours among its 2K nearest; the closer (by edit
+    distance) is the positive. Returns (anchor, positive, negative) ids and d_ap, d_an."""
+    kk = nb.ids.shape[1]
+    i1 = rng.integers(0, kk, anchors.size)
+    i2 = rng.integers(0, kk - 1, anchors.size)
+    i2 += i2 >= i1
+    lo, hi = np.minimum(i1, i2), np.maximum(i1, i2)  # lists are sorted: lower rank is closer
+    return (anchors, nb.ids[anchors, lo], nb.ids[anchors, hi],
+            nb.dists[anchors, lo], nb.dists[anchors, hi])
+
+
+@dataclass
+class TrainReport:
+    epochs_run: int = 0
+    seconds: float = 0.0
+    neighbour_seconds: float = 0.0
+    history: list[dict] = field(default_factory=list)
+    stopped_early: bool = False
+
+
+def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs: int,
+          batch_size: int, learning_rate: float, early_stopping: int | None,
+          validation_fraction: float, seed: int, progress: bool = True) -> TrainReport:
+    """Adam over freshly sampled triplets every epoch. With ``early_stopping`` (patience in
+    epochs) a held-out set of anchors is scored after each epoch by its triplet term (weights
+    apart) and training stops when it has not improved by 0.5% for that many epochs; the best
+    weights are kept."""
+    from rapidfuzz.distance import Levenshtein
+    from tqdm.auto import tqdm
+
+    rng = np.random.default_rng(seed)
+    n = len(strings)
+    perm = rng.permutation(n)
+    n_val = int(round(validation_fraction * n)) if early_stopping else 0
+    val_anchors, train_anchors = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    scale = nb.mean_distance
+    opt = torch.optim.Adam(net.parameters(), lr=learning_rate)
+
+    def batch_tensors(a, p, ng, dap, dan):
+        pairs = zip(p.tolist(), ng.tolist(), strict=True)
+        dpn = np.fromiter((Levenshtein.distance(strings[x], strings[y]) for x, y in pairs),
+                          np.float32, count=len(p))
+        emb = net(net.one_hot(np.concatenate([codes[a], codes[p], codes[ng]])))
+        b = len(a)
+        d = [torch.from_numpy(np.asarray(v, np.float32) / scale) for v in (dap, dan, dpn)]
+        return emb[:b], emb[b : 2 * b], emb[2 * b :], d
+
+    val = sample_triplets(nb, val_anchors, np.random.default_rng(seed + 1)) if n_val else None
+    report = TrainReport()
+    best, best_state, stale = np.inf, None, 0
+    t0 = time.perf_counter()
+    n_batches = -(-train_anchors.size // batch_size)
+    with tqdm(total=epochs * n_batches, desc="CNN-ED training", unit="batch", leave=False,
+              disable=not progress or None) as bar:
+        for epoch in range(epochs):
+            w_t, w_a = schedule_weights(epoch, epochs)
+            net.train()
+            anchors = rng.permutation(train_anchors)
+            tri = sample_triplets(nb, anchors, rng)
+            sums = np.zeros(3)
+            for s in range(0, anchors.size, batch_size):
+                sl = slice(s, s + batch_size)
+                ea, ep, en, (dap, dan, dpn) = batch_tensors(*(v[sl] for v in tri))
+                loss, lt, la = cnned_loss(ea, ep, en, dap, dan, dpn, w_t, w_a)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sums += (loss.item(), lt.item(), la.item())
+                bar.update(1)
+                bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}", triplet=f"{lt.item():.4f}",
+                                approx=f"{la.item():.4f}")
+            row = dict(zip(("loss", "triplet", "approx"), (sums / n_batches).tolist(), strict=True),
+                       epoch=epoch, w_triplet=w_t, w_approx=w_a)
+            if val is not None:
+                net.eval()
+                with torch.no_grad():
+                    vt = 0.0
+                    for s in range(0, val[0].size, 1024):
+                        ea, ep, en, (dap, dan, dpn) = batch_tensors(*(v[s : s + 1024] for v in val))
+                        vt += cnned_loss(ea, ep, en, dap, dan, dpn, 1.0, 0.0)[1].item() * len(dap)
+                row["val_triplet"] = vt / val[0].size
+            report.history.append(row)
+            log.info("epoch %d: %s", epoch, row)
+            report.epochs_run = epoch + 1
+            if val is not None:
+                if row["val_triplet"] < best * 0.995:
+                    best, stale = row["val_triplet"], 0
+                    best_state = {k: v.clone() for k, v in net.state_dict().items()}
+                else:
+                    stale += 1
+                    if stale >= early_stopping:
+                        report.stopped_early = True
+                        break
+    if best_state is not None:
+        net.load_state_dict(best_state)
+    net.eval()
+    report.seconds = time.perf_counter() - t0
+    return report

@@ -1,0 +1,299 @@
+"""CNN-ED string search: kernels against numpy references, the loss against a hand-computed
+example, a tiny trained model's ranking, determinism, persistence, and input errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("rapidfuzz")
+
+from simsearch import errors  # noqa: E402
+from simsearch.strings import (  # noqa: E402
+    Alphabet,
+    CGKEncoder,
+    CNNEDEncoder,
+    InvalidStringError,
+    StringIndex,
+    UnknownCharacterError,
+    brute_force_search,
+    edit_distance_matrix,
+    hamming_search,
+)
+from simsearch.strings import _kernels as K  # noqa: E402
+
+ACGT = "acgt"
+
+
+def mutate(s: str, n_edits: int, rng: np.random.Generator) -> str:
+    s = list(s)
+    for _ in range(n_edits):
+        op, i = rng.integers(3), int(rng.integers(len(s)))
+        c = ACGT[rng.integers(4)]
+        if op == 0:
+            s[i] = c
+        elif op == 1:
+            s.insert(i, c)
+        elif len(s) > 2:
+            del s[i]
+    return "".join(s)
+
+
+@pytest.fixture(scope="module")
+def clustered():
+    """60 random centres of length 10-16 over acgt, each with 12 variants at 1-3 edits."""
+    rng = np.random.default_rng(7)
+    out = set()
+    for _ in range(60):
+        c = "".join(rng.choice(list(ACGT), int(rng.integers(10, 17))))
+        out.add(c)
+        out.update(mutate(c, int(rng.integers(1, 4)), rng) for _ in range(12))
+    return sorted(out)
+
+
+@pytest.fixture(scope="module")
+def encoder(clustered):
+    enc = CNNEDEncoder(alphabet=ACGT, max_len=20, embed_dim=32, seed=1)
+    enc.fit(clustered, epochs=12, n_train=500, n_neighbors=20, n_threads=1, progress=False)
+    return enc
+
+
+# -- references -----------------------------------------------------------------------------
+
+
+def ref_levenshtein(a: str, b: str) -> int:
+    prev = np.arange(len(b) + 1)
+    for i, ca in enumerate(a, 1):
+        cur = np.empty_like(prev)
+        cur[0] = i
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+        prev = cur
+    return int(prev[-1])
+
+
+def ref_cgk(codes, lengths, bits):
+    n, M = codes.shape
+    out = np.zeros((n, bits.shape[0]), np.uint8)
+    for r in range(n):
+        i = 0
+        for j in range(bits.shape[0]):
+            if i < lengths[r]:
+                out[r, j] = codes[r, i]
+                i += int(bits[j, codes[r, i]])
+    return out
+
+
+def test_cgk_kernel_matches_reference():
+    rng = np.random.default_rng(0)
+    strings = ["".join(rng.choice(list(ACGT), int(rng.integers(0, 12)))) for _ in range(50)]
+    codes, lengths = Alphabet(ACGT).encode(strings, 10)
+    bits = rng.integers(0, 2, (30, 5), dtype=np.uint8)
+    out = np.empty((50, 30), np.uint8)
+    K.cgk_embed(codes, lengths, bits, out)
+    np.testing.assert_array_equal(out, ref_cgk(codes, lengths, bits))
+
+
+def test_hamming_kernel_and_search_match_reference():
+    rng = np.random.default_rng(1)
+    xb = rng.integers(0, 4, (300, 24), dtype=np.uint8)
+    xq = rng.integers(0, 4, (7, 24), dtype=np.uint8)
+    ref = (xq[:, None, :] != xb[None]).sum(-1)
+    out = np.empty((7, 300), np.int32)
+    K.hamming_distances(xq, xb, out)
+    np.testing.assert_array_equal(out, ref)
+    ids, d = hamming_search(xq, xb, 20)
+    order = np.lexsort((np.broadcast_to(np.arange(300), ref.shape), ref), axis=1)[:, :20]
+    np.testing.assert_array_equal(ids, order)
+    np.testing.assert_array_equal(d, np.take_along_axis(ref, order, 1))
+
+
+def test_cgk_hamming_tracks_edit_distance(clustered):
+    cgk = CGKEncoder(max_len=20, seed=3).fit(clustered)
+    codes = cgk.encode(clustered)
+    assert codes.shape == (len(clustered), 60)
+    np.testing.assert_array_equal(codes, CGKEncoder(ACGT, max_len=20, seed=3).encode(clustered))
+    # CGK: Hamming <= O(ED^2) w.h.p. and >= ED/2; on this data near pairs stay near on average
+    ed = edit_distance_matrix(clustered[:80], clustered)
+    hd = (codes[:80, None, :] != codes[None]).sum(-1)
+    near, far = (ed > 0) & (ed <= 2), ed >= 8
+    assert hd[near].mean() < hd[far].mean()
+
+
+def test_brute_force_matches_reference():
+    rng = np.random.default_rng(2)
+    base = ["".join(rng.choice(list(ACGT), int(rng.integers(0, 9)))) for _ in range(60)]
+    queries = ["".join(rng.choice(list(ACGT), int(rng.integers(1, 9)))) for _ in range(5)]
+    ref = np.array([[ref_levenshtein(q, b) for b in base] for q in queries])
+    np.testing.assert_array_equal(edit_distance_matrix(queries, base), ref)
+    ids, d = brute_force_search(queries, base, 10)
+    np.testing.assert_array_equal(d, np.sort(ref, 1)[:, :10])
+    np.testing.assert_array_equal(np.take_along_axis(ref, ids, 1), d)
+    ids, d = brute_force_search(queries, base[:3], 5)
+    assert (ids[:, 3:] == -1).all() and (d[:, 3:] == np.iinfo(np.int32).max).all()
+
+
+# -- the loss -------------------------------------------------------------------------------
+
+
+def test_loss_matches_hand_computed_example():
+    import torch
+
+    from simsearch.strings.training import cnned_loss, schedule_weights
+
+    ea = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    ep = torch.tensor([[3.0, 4.0], [1.0, 2.0]])  # |ea-ep| = 5, 1
+    en = torch.tensor([[0.0, 6.0], [1.0, 4.0]])  # |ea-en| = 6, 3 ; |ep-en| = sqrt(13), 2
+    d_ap = torch.tensor([1.0, 0.5])
+    d_an = torch.tensor([3.0, 1.0])
+    d_pn = torch.tensor([2.0, 1.0])
+    # triplet: relu(5 - 6 + 2) = 1, relu(1 - 3 + 0.5) = 0        -> mean 0.5
+    # approx: sqrt(16 + 9 + (sqrt13 - 2)^2), sqrt(0.25 + 4 + 1)  -> mean
+    a0 = np.sqrt(16 + 9 + (np.sqrt(13) - 2) ** 2)
+    a1 = np.sqrt(0.25 + 4 + 1)
+    total, tri, app = cnned_loss(ea, ep, en, d_ap, d_an, d_pn, 2.0, 0.5)
+    assert tri.item() == pytest.approx(0.5, abs=1e-6)
+    assert app.item() == pytest.approx((a0 + a1) / 2, abs=1e-5)
+    assert total.item() == pytest.approx(2.0 * 0.5 + 0.5 * (a0 + a1) / 2, abs=1e-5)
+    assert schedule_weights(0, 10) == (1.0, 10.0)
+    assert schedule_weights(9, 10) == (1.0, 0.01)
+
+
+def test_triplets_come_from_the_nearest_2k(clustered):
+    from simsearch.strings.training import nearest_neighbours, sample_triplets
+
+    strings = clustered[:200]
+    nb = nearest_neighbours(strings, 10, workers=1, progress=False)
+    ed = edit_distance_matrix(strings, strings)
+    off = ~np.eye(200, dtype=bool)
+    assert nb.mean_distance == pytest.approx(ed[off].mean())
+    kth = np.sort(np.where(off, ed, 10**6), 1)[:, 9]
+    np.testing.assert_array_equal(nb.dists[:, -1], kth)
+    a, p, n, dap, dan = sample_triplets(nb, np.arange(200), np.random.default_rng(0))
+    assert (p != n).all() and (dap <= dan).all() and (a != p).all()
+    np.testing.assert_array_equal(dap, ed[a, p])
+    assert (ed[a, n] <= kth).all()
+
+
+# -- the trained encoder --------------------------------------------------------------------
+
+
+def test_tiny_model_ranks_near_before_far(encoder, clustered):
+    x = encoder.encode(clustered)
+    assert x.dtype == np.float32 and x.shape == (len(clustered), 32)
+    ed = edit_distance_matrix(clustered, clustered)
+    emb = np.sqrt(((x[:, None, :] - x[None]) ** 2).sum(-1))
+    near, far = (ed >= 1) & (ed <= 2), ed >= 6
+    # every anchor's near strings against its far ones: fraction of correctly ordered pairs
+    ok = [(emb[i, near[i]][:, None] < emb[i, far[i]][None]).mean()
+          for i in range(0, len(clustered), 5) if near[i].any() and far[i].any()]
+    assert np.mean(ok) >= 0.95  # observed 0.9996
+    assert encoder.report.epochs_run == 12
+
+
+def test_string_index_recall_against_brute_force(encoder, clustered):
+    rng = np.random.default_rng(5)
+    queries = [mutate(clustered[i], 1, rng) for i in rng.choice(len(clustered), 40)]
+    idx = StringIndex(encoder, "hnsw", M=8, ef_construction=64)
+    ids = idx.add(clustered)
+    np.testing.assert_array_equal(ids, np.arange(len(clustered)))
+    gt_ids, gt_d = brute_force_search(queries, clustered, 10)
+    res = idx.search(queries, 10, n_candidates=50)
+    assert (res.distances >= gt_d).all()
+    hits = (res.distances <= gt_d[:, 9:10]).sum(1) / 10  # ties: anything within the k-th
+    assert hits.mean() >= 0.85  # observed 0.94
+    exact = idx.search(queries, 10, n_candidates=len(clustered))
+    np.testing.assert_array_equal(exact.distances, gt_d)
+    flat = StringIndex(encoder, "flat")
+    flat.add(clustered)
+    np.testing.assert_array_equal(flat.search(queries, 10, n_candidates=len(clustered)).ids,
+                                  gt_ids)
+
+
+def test_fit_and_encode_are_deterministic(encoder, clustered):
+    again = CNNEDEncoder(alphabet=ACGT, max_len=20, embed_dim=32, seed=1)
+    again.fit(clustered, epochs=12, n_train=500, n_neighbors=20, n_threads=1, progress=False)
+    a = encoder.encode(clustered)
+    np.testing.assert_array_equal(a, encoder.encode(clustered))
+    np.testing.assert_array_equal(a, again.encode(clustered))
+    # another batch size changes the GEMM blocking, hence the last bits only
+    np.testing.assert_allclose(a[:7], encoder.encode(clustered[:7], batch_size=3), atol=1e-5)
+
+
+def test_early_stopping_keeps_within_budget(clustered):
+    enc = CNNEDEncoder(alphabet=ACGT, max_len=20, embed_dim=16, seed=2)
+    enc.fit(clustered, epochs=200, n_train=300, n_neighbors=20, early_stopping=2, n_threads=1,
+            progress=False)
+    assert enc.report.stopped_early and enc.report.epochs_run < 200
+    assert all("val_triplet" in h for h in enc.report.history)
+
+
+def test_save_load_identical(encoder, clustered, tmp_path):
+    encoder.save(tmp_path / "enc")
+    back = CNNEDEncoder.load(tmp_path / "enc")
+    np.testing.assert_array_equal(back.encode(clustered), encoder.encode(clustered))
+    assert back.alphabet == encoder.alphabet and back.mean_distance == encoder.mean_distance
+
+    idx = StringIndex(encoder, "hnsw", M=8)
+    idx.add(clustered[:300])
+    idx.add(clustered[300:], ids=np.arange(1000, 1000 + len(clustered) - 300))
+    idx.save(tmp_path / "idx")
+    again = StringIndex.load(tmp_path / "idx")
+    q = clustered[::17]
+    a, b = idx.search(q, 5, n_candidates=30), again.search(q, 5, n_candidates=30)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.distances, b.distances)
+    assert len(again) == len(clustered) and again.get([1000]) == [clustered[300]]
+
+    raw = bytearray((tmp_path / "idx").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "bad").write_bytes(bytes(raw))
+    with pytest.raises(errors.CorruptIndexError):
+        StringIndex.load(tmp_path / "bad")
+    (tmp_path / "short").write_bytes(bytes(raw[:100]))
+    with pytest.raises(errors.CorruptIndexError):
+        CNNEDEncoder.load(tmp_path / "short")
+    with pytest.raises(errors.CorruptIndexError):
+        StringIndex.load(tmp_path / "enc")  # an encoder file is not an index
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_bad_input_gives_typed_errors(encoder, clustered):
+    with pytest.raises(errors.InvalidParameterError, match="empty"):
+        encoder.encode([])
+    with pytest.raises(InvalidStringError, match="item 1 is int"):
+        encoder.encode(["acg", 5])
+    with pytest.raises(InvalidStringError, match="single str"):
+        encoder.encode("acgt")
+    with pytest.raises(UnknownCharacterError, match="'x'"):
+        encoder.encode(["acg", "axc"])
+    assert issubclass(InvalidStringError, TypeError)
+    assert issubclass(UnknownCharacterError, ValueError)
+    with pytest.raises(errors.NotTrainedError):
+        CNNEDEncoder(max_len=8).encode(["a"])
+    with pytest.raises(errors.NotTrainedError):
+        StringIndex(CNNEDEncoder(max_len=8))
+    with pytest.raises(errors.InvalidParameterError, match="max_len"):
+        CNNEDEncoder(max_len=0)
+    with pytest.raises(errors.InvalidParameterError, match="3 distinct"):
+        CNNEDEncoder(max_len=8).fit(["a", "a", "b"])
+    idx = StringIndex(encoder, "flat")
+    with pytest.raises(errors.InvalidParameterError, match="empty"):
+        idx.add([])
+    with pytest.raises(UnknownCharacterError):
+        idx.add(["acgt", "ACGT"])
+    assert len(idx) == 0  # the whole batch is checked first
+    res = idx.search(["acg"], 3)  # empty index: padding, no error
+    assert (res.ids == -1).all()
+    idx.add(clustered[:20])
+    with pytest.raises(errors.InvalidParameterError, match="k must"):
+        idx.search(["acg"], 0)
+    with pytest.raises(errors.InvalidParameterError, match="n_candidates"):
+        idx.search(["acg"], 3, n_candidates=0)
+    with pytest.raises(InvalidStringError):
+        idx.search([b"acg"], 3)
+    with pytest.raises(errors.DuplicateIdError):
+        idx.add(["acg"], ids=[0])
