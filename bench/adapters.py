@@ -21,6 +21,7 @@ import hnswlib
 import numpy as np
 
 import simsearch
+from simsearch.eval import thread_limit
 from simsearch.flat import topk_from_scores
 
 _FAISS_METRIC = {
@@ -104,19 +105,21 @@ class FaissFlat(_Faiss):
 
 
 class FaissHNSW(_Faiss):
-    """faiss IndexHNSWFlat. Build: ``M``, ``ef_construction``. Search: ``ef`` (efSearch, passed
-    per call through SearchParametersHNSW). Work: distance computations (hnsw_stats.ndis)."""
+    """faiss IndexHNSWFlat. Build: ``M``, ``ef_construction``, ``n_threads`` (OpenMP threads of
+    add; -1: the runner's). Search: ``ef`` (efSearch, passed per call through
+    SearchParametersHNSW). Work: distance computations (hnsw_stats.ndis)."""
 
     name = "faiss-hnsw"
 
-    def __init__(self, metric: str, M: int = 16, ef_construction: int = 200):
-        super().__init__(metric, M=M, ef_construction=ef_construction)
+    def __init__(self, metric: str, M: int = 16, ef_construction: int = 200, n_threads: int = -1):
+        super().__init__(metric, M=M, ef_construction=ef_construction, n_threads=n_threads)
 
     def fit(self, base: np.ndarray) -> None:
         p = self.build_params
         self.index = faiss.IndexHNSWFlat(base.shape[1], p["M"], _FAISS_METRIC[self.metric])
         self.index.hnsw.efConstruction = p["ef_construction"]
-        self.index.add(self.prep(base))
+        with thread_limit(p["n_threads"] if p["n_threads"] > 0 else None):
+            self.index.add(self.prep(base))
 
     def query(self, q: np.ndarray, k: int, ef: int = 64) -> np.ndarray:
         stats = faiss.cvar.hnsw_stats
@@ -154,7 +157,8 @@ class FaissIVFPQ(_Faiss):
         if p["train_size"] and p["train_size"] < len(x):
             rng = np.random.default_rng(p["seed"])
             train = x[np.sort(rng.choice(len(x), p["train_size"], replace=False))]
-        self.index.train(train)
+        with thread_limit(1):  # k-means here trains faster on one thread than on two
+            self.index.train(train)
         self.index.add(x)
 
     def query(self, q: np.ndarray, k: int, nprobe: int = 1) -> np.ndarray:

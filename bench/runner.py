@@ -124,30 +124,32 @@ def _quiet_gc():
         gc.enable()
 
 
-def _batch_seconds(adapter, q, k, sp, threads: int, min_seconds: float) -> float:
-    """Best wall time of one whole-batch query call at ``threads`` threads, repeating the call
-    until ``min_seconds`` have been spent."""
+def _batch_seconds(adapter, q, k, sp, threads: int, min_seconds: float) -> tuple[float, float]:
+    """Best (wall, CPU) seconds of one whole-batch query call at ``threads`` threads, repeating
+    the call until ``min_seconds`` of wall time have been spent. CPU time is the calling
+    thread's (``time.thread_time``): at one thread every adapter computes in the calling thread,
+    so it is the wall time of a quiet machine, immune to other processes taking the cores."""
     adapter.n_threads = threads
-    best, spent = np.inf, 0.0
+    best_w, best_c, spent = np.inf, np.inf, 0.0
     with thread_limit(threads), _quiet_gc():
-        while spent < min_seconds or not np.isfinite(best):
-            t = time.perf_counter()
+        while spent < min_seconds or not np.isfinite(best_w):
+            c, t = time.thread_time(), time.perf_counter()
             adapter.query(q, k, **sp)
-            dt = time.perf_counter() - t
-            best, spent = min(best, dt), spent + dt
-    return best
+            dt, dc = time.perf_counter() - t, time.thread_time() - c
+            best_w, best_c, spent = min(best_w, dt), min(best_c, dc), spent + dt
+    return best_w, best_c
 
 
 def _latencies(adapter, q, k, sp) -> np.ndarray:
-    """Seconds of one-query-at-a-time calls at one thread, one per row of q."""
+    """(wall, CPU) seconds of one-query-at-a-time calls at one thread: array (2, len(q))."""
     adapter.n_threads = 1
-    out = np.empty(len(q))
+    out = np.empty((2, len(q)))
     with thread_limit(1), _quiet_gc():
         for i in range(len(q)):
             qi = q[i : i + 1]
-            t = time.perf_counter()
+            c, t = time.thread_time(), time.perf_counter()
             adapter.query(qi, k, **sp)
-            out[i] = time.perf_counter() - t
+            out[0, i], out[1, i] = time.perf_counter() - t, time.thread_time() - c
     return out
 
 
@@ -255,12 +257,14 @@ def run(
                     "recall": rec,
                     "exact": a.exact,
                     "qps": {},
+                    "qps_cpu_1t": None,
                     "latency": {},
+                    "latency_cpu": {},
                     "build_s": b["build_s"],
                     "index_bytes": b["index_bytes"],
                     "work": a.work(),
                     "_adapter": a,
-                    "_lat": np.full(len(q_lat), np.inf),
+                    "_lat": np.full((2, len(q_lat)), np.inf),
                 }
             )
 
@@ -298,10 +302,12 @@ def run(
             for r in order if rnd % 2 == 0 else order[::-1]:
                 a, sp = r["_adapter"], r["search"]
                 for n in threads:
-                    sec = _batch_seconds(a, q, k, sp, n, timing["min_seconds"])
-                    r["qps"][str(n)] = max(r["qps"].get(str(n), 0.0), len(q) / sec)
+                    wall, cpu = _batch_seconds(a, q, k, sp, n, timing["min_seconds"])
+                    r["qps"][str(n)] = max(r["qps"].get(str(n), 0.0), len(q) / wall)
+                    if n == 1:
+                        r["qps_cpu_1t"] = max(r["qps_cpu_1t"] or 0.0, len(q) / max(cpu, 1e-9))
                 np.minimum(r["_lat"], _latencies(a, q_lat, k, sp), out=r["_lat"])
-                r["latency"] = latency_stats(r["_lat"])
+                r["latency"], r["latency_cpu"] = map(latency_stats, r["_lat"])
                 bar.update()
             save()
     log.info("results in %s (%.1f s)", out / RESULTS_FILE, time.perf_counter() - t0)
@@ -337,59 +343,67 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3f}" if a and b else ""
 
 
-def compare(runs: list[dict], candidate: str, baseline: str, threads: str) -> list[dict]:
-    """Rows comparing ``candidate`` to ``baseline``: the candidate's QPS over the baseline's,
-    both at the same search setting (where build settings match too) and at equal recall
-    (the baseline's Pareto frontier interpolated at the candidate's recall)."""
+def _measures(doc: dict) -> dict[str, str]:
+    """QPS measures in a results file: key -> human label. "1t-cpu" is one thread by CPU time."""
+    out = {}
+    for t in (str(t) for t in doc["threads"]):
+        out[f"{t}t"] = f"{t} thread{'s' if t != '1' else ''}, wall time"
+        if t == "1":
+            out["1t-cpu"] = "1 thread, CPU time"
+    return out
+
+
+def _qps(r: dict, measure: str) -> float | None:
+    return r.get("qps_cpu_1t") if measure == "1t-cpu" else r["qps"].get(measure[:-1])
+
+
+def compare(runs: list[dict], candidate: str, baseline: str, measures: list[str]) -> list[dict]:
+    """Rows comparing ``candidate`` to ``baseline`` (the candidate's QPS over the baseline's)
+    per search setting: at the same setting where the build settings match too, and at equal
+    recall (the baseline's Pareto frontier, log-interpolated at the candidate's recall, by the
+    first measure). Also the per-call latency ratio and overhead (one query per call, CPU time)."""
     cand = [r for r in runs if r["algorithm"] == candidate and r["qps"]]
     base = [r for r in runs if r["algorithm"] == baseline and r["qps"]]
-    front = pareto_frontier([(r["recall"], r["qps"][threads]) for r in base])
+    m0 = measures[0]
+    front = pareto_frontier([(r["recall"], _qps(r, m0)) for r in base if _qps(r, m0)])
     rows = []
-    for c in sorted(cand, key=lambda r: r["recall"]):
+    for c in sorted(cand, key=lambda r: (r["recall"], _params(r["search"]))):
         twin = next(
             (b for b in base if b["build"] == c["build"] and b["search"] == c["search"]), None
         )
-        at_recall = _interp_log_qps(front, c["recall"])
-        rows.append(
-            {
-                "build": _params(c["build"]),
-                "search": _params(c["search"]),
-                f"recall ({candidate})": f"{c['recall']:.4f}",
-                f"recall ({baseline})": f"{twin['recall']:.4f}" if twin else "",
-                f"QPS ({candidate})": f"{c['qps'][threads]:,.0f}",
-                f"QPS ({baseline})": f"{twin['qps'][threads]:,.0f}" if twin else "",
-                "QPS ratio, same setting": _ratio(c["qps"][threads], twin and twin["qps"][threads]),
-                "QPS ratio, equal recall": _ratio(c["qps"][threads], at_recall),
-                "mean latency ratio": _ratio(
-                    c["latency"].get("mean_ms"), twin and twin["latency"].get("mean_ms")
-                ),
-            }
-        )
+        row = {
+            "search": _params(c["search"]),
+            "recall": f"{c['recall']:.4f}" + (f" / {twin['recall']:.4f}" if twin else ""),
+        }
+        for m in measures:
+            row[f"ratio {m}"] = _ratio(_qps(c, m), twin and _qps(twin, m))
+        at = _interp_log_qps(front, c["recall"])
+        row[f"ratio {m0}, equal recall"] = _ratio(_qps(c, m0), at)
+        lc, lb = c.get("latency_cpu", {}), (twin or {}).get("latency_cpu", {})
+        if lc and lb:
+            row["per-call latency ratio"] = _ratio(lc["mean_ms"], lb["mean_ms"])
+            row["per-call overhead µs"] = f"{(lc['mean_ms'] - lb['mean_ms']) * 1e3:.1f}"
+        rows.append(row)
     return rows
 
 
 def report(out_dir: str | os.PathLike) -> tuple[Path, list[Path]]:
-    """Derive ``results.md`` and recall/QPS PNGs (one per thread count) from ``results.json``."""
+    """Derive ``results.md`` and recall/QPS PNGs (one per QPS measure) from ``results.json``."""
     out = Path(out_dir)
     doc = json.loads((out / RESULTS_FILE).read_text())
-    cfg, runs, ds = doc["config"], doc["runs"], doc["dataset"]
-    k, threads = cfg["k"], [str(t) for t in doc["threads"]]
+    cfg, runs, ds, env = doc["config"], doc["runs"], doc["dataset"], doc["env"]
+    k, measures = cfg["k"], _measures(doc)
     timed = [r for r in runs if r["qps"]]
 
     pngs = []
-    for t in threads:
+    for m, label in measures.items():
         series: dict[str, list[tuple[float, float]]] = {}
         for r in timed:
-            series.setdefault(r["algorithm"], []).append((r["recall"], r["qps"][t]))
-        pngs.append(
-            plot_recall_qps(
-                series,
-                out / f"recall_qps_{t}t.png",
-                f"{cfg['name']}: {ds['name']} n={ds['n']:,} d={ds['dim']} {cfg['metric']}, "
-                f"{t} thread{'s' if t != '1' else ''}",
-                xlabel=f"recall@{k}",
-            )
-        )
+            if _qps(r, m):
+                series.setdefault(r["algorithm"], []).append((r["recall"], _qps(r, m)))
+        title = f"{cfg['name']}: {ds['name']} n={ds['n']:,} d={ds['dim']} {cfg['metric']}"
+        path = out / f"recall_qps_{m}.png"
+        pngs.append(plot_recall_qps(series, path, f"{title}\n{label}", xlabel=f"recall@{k}"))
 
     rows = []
     for r in sorted(runs, key=lambda r: (r["algorithm"], _params(r["build"]), r["recall"])):
@@ -399,50 +413,48 @@ def report(out_dir: str | os.PathLike) -> tuple[Path, list[Path]]:
             "build": _params(r["build"]),
             "search": _params(r["search"]),
             f"recall@{k}": f"{r['recall']:.4f}",
-            "build s": f"{r['build_s']:.2f}",
-            "index MB": f"{r['index_bytes'] / 2**20:.2f}",
-            "work/query": _params({key: round(v) for key, v in (r["work"] or {}).items()}),
+        }
+        for m in measures:
+            row[f"QPS {m}"] = f"{_qps(r, m):,.0f}" if _qps(r, m) else ""
+        row |= {
             "mean ms": f"{lat['mean_ms']:.3g}" if lat else "",
             "p99 ms": f"{lat['p99_ms']:.3g}" if lat else "",
+            "build s": f"{r['build_s']:.1f}",
+            "index MB": f"{r['index_bytes'] / 2**20:.1f}",
+            "work/query": _params({key: round(v) for key, v in (r["work"] or {}).items()}),
         }
-        for t in threads:
-            row[f"QPS {t}t"] = f"{r['qps'][t]:,.0f}" if t in r["qps"] else ""
         rows.append(row)
-    columns = list(rows[0]) if rows else []
-    columns = (
-        columns[:4]
-        + [c for c in columns if c.startswith("QPS")]
-        + ["mean ms", "p99 ms", "build s", "index MB", "work/query"]
-    )
 
-    env = doc["env"]
     lines = [
         f"# {cfg['name']}",
         "",
         f"Dataset `{ds['name']}` {ds['params']}: {ds['n']:,} × {ds['dim']} base, "
         f"{ds['n_queries']:,} queries; metric `{cfg['metric']}`, recall@{k} (tie-tolerant).",
-        f"QPS: whole query batch, best of {cfg['timing']['rounds']} alternating rounds, at "
-        f"{', '.join(threads)} thread(s). Latency: one query per call at 1 thread on "
-        f"{ds['latency_queries']} queries (each query's best round). Machine: {env['cpu_count']} "
-        f"cores, {env['date']}, commit {env['git_commit']}; faiss {env['faiss']}, "
-        f"hnswlib {env['hnswlib']}, numpy {env['numpy']}. Run took {doc['elapsed_s']:.0f} s.",
         "",
-        markdown_table(rows, columns),
+        f"QPS: the whole query batch per call, best of {cfg['timing']['rounds']} alternating "
+        "rounds; `1t`, `2t`: wall time at 1 and 2 threads; `1t-cpu`: the calling thread's CPU "
+        "time at 1 thread (robust to other load on a shared machine). Latency: one query per "
+        f"call, 1 thread, wall time, {ds['latency_queries']} queries (each query's best round). "
+        f"Machine: {env['cpu_count']} cores, {env['date']}, commit {env['git_commit']}; faiss "
+        f"{env['faiss']}, hnswlib {env['hnswlib']}, numpy {env['numpy']}. "
+        f"Run took {doc['elapsed_s']:.0f} s.",
+        "",
+        markdown_table(rows, list(rows[0]) if rows else []),
         "",
     ]
+    order = ["1t-cpu"] + [m for m in measures if m != "1t-cpu"]
     for cand, baseline in cfg.get("compare", []):
-        for t in threads:
-            crow = compare(timed, cand, baseline, t)
-            if crow:
-                lines += [
-                    f"## {cand} vs {baseline}, {t} thread(s)",
-                    "",
-                    markdown_table(crow, list(crow[0])),
-                    "",
-                ]
-    lines += [
-        f"![recall vs QPS, {t} thread(s)]({p.name})" for t, p in zip(threads, pngs, strict=True)
-    ]
+        crow = compare(timed, cand, baseline, [m for m in order if m in measures])
+        if crow:
+            lines += [
+                f"## {cand} vs {baseline}",
+                "",
+                f"QPS ratios {cand} / {baseline}; recall {cand} / {baseline}.",
+                "",
+                markdown_table(crow, list(crow[0])),
+                "",
+            ]
+    lines += [f"![{label}]({p.name})" for label, p in zip(measures.values(), pngs, strict=True)]
     md = out / "results.md"
     md.write_text("\n".join(lines) + "\n")
     return md, pngs
