@@ -298,5 +298,8 @@ def make_adapter(name: str, metric: str, **build_params: Any) -> Adapter:
     except KeyError:
         raise ValueError(f"unknown adapter {name!r}; known: {sorted(ADAPTERS)}") from None
     return cls(metric, **build_params)
+
+
 from . import adapters_lsh  # noqa: E402,F401  (registers the LSH adapters)
 from . import adapters_graph  # noqa: E402,F401  (registers the ip-NSW+ adapters)
+from . import adapters_quant  # noqa: E402,F401  (registers the NEQ / faiss quantizer adapters)
