@@ -49,13 +49,18 @@ class FaissLSHRerank(Adapter):
     def query(self, q: np.ndarray, k: int, n_probe_items: int = 1000) -> np.ndarray:
         q = np.ascontiguousarray(q, np.float32)
         qt = np.hstack([q / np.linalg.norm(q, axis=1, keepdims=True), np.zeros((len(q), 1))])
+        qt = np.ascontiguousarray(qt, np.float32)
         T = min(max(n_probe_items, k), self.index.ntotal)
-        _, cand = self.index.search(np.ascontiguousarray(qt, np.float32), T)
-        s = np.einsum("qd,qtd->qt", q, self.x[np.maximum(cand, 0)])
-        s[cand < 0] = -np.inf
-        pos, _ = topk_from_scores(s, k, True)
+        out = np.empty((len(q), k), np.int64)
+        step = max(1, (1 << 21) // T)  # bound the gathered candidates to ~2M rows at a time
+        for a in range(0, len(q), step):
+            _, cand = self.index.search(qt[a : a + step], T)
+            s = np.einsum("qd,qtd->qt", q[a : a + step], self.x[np.maximum(cand, 0)])
+            s[cand < 0] = -np.inf
+            pos, _ = topk_from_scores(s, k, True)
+            out[a : a + step] = np.take_along_axis(cand, pos, axis=1)
         self._work = {"probed_items": float(T)}
-        return np.take_along_axis(cand, pos, axis=1)
+        return out
 
     def index_bytes(self) -> int:
         return int(faiss.serialize_index(self.index).nbytes + self.x.nbytes)

@@ -1,13 +1,13 @@
 """Numba kernels of Simple-LSH / Norm-Ranging LSH: sign-random-projection hashing, bucket
 enumeration in (range, Hamming distance) score order, probing with exact inner-product re-rank.
 
-Layout the kernels share (built by :mod:`simsearch.lsh.index`):
+Layout the kernels share (built by :mod:`simsearch.lsh.nr_lsh`):
   xs (n, d) float32, ids (n,) int64          items in bucket order
   bcode (B,) uint64                          bucket codes, sorted by (range, code)
   bstart (B + 1,) int64                      items of bucket b are xs[bstart[b]:bstart[b + 1]]
   rbstart (m + 1,) int64                     buckets of range r are rbstart[r]:rbstart[r + 1]
   projT (L, d + 1) float32                   one row per hash bit
-  seq0 (P,) int64                            pairs r * (L + 1) + h (range, Hamming distance)
+  seq (P,) int64                             pairs r * (L + 1) + h (range, Hamming distance)
                                              in probe order
 """
 
@@ -106,95 +106,38 @@ def _heap_push(hs, hi, cnt, s, i):
     return cnt
 
 
-@njit(cache=True)
-def _rerank_pairs(qnorm, tau, U, cdf, tie_order, H, seq):
-    """Order pairs by P(<q, x> >= tau | range, h) into seq: for a bucket at Hamming distance h
-    the angle a / pi has a Beta(h + 1, L - h + 1) posterior (cdf[h] on a grid of G + 1 points
-    over [0, 1]) and <q, x> >= tau needs a <= arccos(tau / (|q| U_r)). Ties keep tie_order."""
-    G = cdf.shape[1] - 1
-    P = tie_order.shape[0]
-    m = U.shape[0]
-    gr = np.empty(m, np.int64)
-    for r in range(m):  # the angle bound depends on the range only
-        c = min(max(tau / max(qnorm * U[r], 1e-30), -1.0), 1.0)
-        gr[r] = int(np.arccos(c) / np.pi * G)
-    key = np.empty(P, np.float64)
-    for t in range(P):
-        p = tie_order[t]
-        r = p // H
-        # a tie-order term far below any probability gap keeps ties in tie_order while
-        # letting the (much faster) unstable sort run
-        key[t] = -cdf[p - r * H, gr[r]] + t * (1e-9 / P)
-    o = np.argsort(key)
-    for t in range(P):
-        seq[t] = tie_order[o[t]]
-
-
 @njit(cache=True, fastmath=True)
 def search_one(
-    q,
-    projT,
-    xs,
-    ids,
-    bcode,
-    bstart,
-    rbstart,
-    seq0,
-    U,
-    cdf,
-    tie_order,
-    n_probe,
-    out_i,
-    out_s,
-    order,
-    hstart,
-    cursor,
-    touched,
-    prog,
-    seq,
-    trace,
-):
+    q, projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, out_i, out_s, order, hstart, cursor,
+    touched, trace,
+):  # fmt: skip
     """Probe buckets of (range, Hamming distance) pairs (pair index r * (L + 1) + h) in the order
-    seq0 until at least n_probe items are probed; keep the top len(out_i) by exact inner
-    product, best first (ties by smaller id) in out_i int64 / out_s float32, padded with -1 /
-    -inf.
+    seq until at least n_probe items are probed; keep the top len(out_i) by exact inner product,
+    best first (ties by smaller id) in out_i int64 / out_s float32, padded with -1 / -inf.
 
     A range's buckets are counting-sorted by Hamming distance to the query code the first time
     the range is reached (order, hstart[r]: per-query buffers), so ranges never reached cost
-    nothing and no comparison sort over buckets happens. With a threshold table (cdf with
-    columns), the remaining pairs are re-ranked by P(<q, x> >= current k-th best) each time the
-    number of probed items doubles (from k on); prog[p] counts the buckets of pair p already
-    probed. When trace has room, probed bucket indexes are written to it in probe order (-1 after
-    the last). Returns (items, buckets) probed."""
+    nothing and no comparison sort over buckets happens. When trace has room, probed bucket
+    indexes are written to it in probe order (-1 after the last). Returns (items, buckets)
+    probed."""
     d = q.shape[0]
     L = projT.shape[0]
     H = L + 1
     k = out_i.shape[0]
-    P = seq0.shape[0]
-    adaptive = cdf.shape[1] > 1
     qc = hash_query(q, projT)
-    qnorm = 0.0
-    for j in range(d):
-        qnorm += np.float64(q[j]) * np.float64(q[j])
-    qnorm = np.sqrt(qnorm)
     touched[:] = False
-    prog[:] = 0
-    seq[:] = seq0
     for t in range(trace.shape[0]):
         trace[t] = -1
     cnt = 0
     probed = 0
     nb = 0
-    next_rerank = k
-    pos = 0
-    while pos < P:
+    for pos in range(seq.shape[0]):
         p = seq[pos]
         r = p // H
         h = p - r * H
         b0 = rbstart[r]
         b1 = rbstart[r + 1]
         if b0 == b1:
-            pos += 1
             continue
         if not touched[r]:
             touched[r] = True
@@ -210,11 +153,8 @@ def search_one(
                 dist = popcount64(bcode[b] ^ qc)
                 order[b0 + cursor[dist]] = b
                 cursor[dist] += 1
-        size = hstart[r, h + 1] - hstart[r, h]
-        reranked = False
-        while prog[p] < size:
-            b = order[b0 + hstart[r, h] + prog[p]]
-            prog[p] += 1
+        for t in range(hstart[r, h], hstart[r, h + 1]):
+            b = order[b0 + t]
             if nb < trace.shape[0]:
                 trace[nb] = b
             nb += 1
@@ -226,18 +166,8 @@ def search_one(
             probed += bstart[b + 1] - bstart[b]
             if probed >= n_probe:
                 break
-            if adaptive and cnt == k and probed >= next_rerank:
-                while next_rerank <= probed:
-                    next_rerank *= 2
-                _rerank_pairs(qnorm, np.float64(out_s[0]), U, cdf, tie_order, H, seq)
-                reranked = True
-                break
         if probed >= n_probe:
             break
-        if reranked:
-            pos = 0  # finished pairs are skipped by their progress
-        else:
-            pos += 1
     # heap -> best first, ties by smaller id (stable sorts: by id, then by score)
     hs = out_s[:cnt].copy()
     hi = out_i[:cnt].copy()
@@ -256,131 +186,58 @@ def search_one(
 
 
 @njit(cache=True)
-def search_batch(Q, projT, xs, ids, bcode, bstart, rbstart, seq0, U, cdf, tie_order, n_probe, k):
+def search_batch(Q, projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, k):
     """search_one over the rows of Q, one thread. Returns ids int64 (nq, k), scores float32
     (nq, k), probed items int64 (nq,), probed buckets int64 (nq,)."""
     nq = Q.shape[0]
-    B = bcode.shape[0]
-    m = rbstart.shape[0] - 1
-    L = projT.shape[0]
-    P = seq0.shape[0]
     out_i = np.empty((nq, k), np.int64)
     out_s = np.empty((nq, k), np.float32)
     probed = np.empty(nq, np.int64)
     nbs = np.empty(nq, np.int64)
-    order = np.empty(B, np.int32)
-    hstart = np.empty((m, L + 2), np.int64)
-    cursor = np.empty(L + 1, np.int64)
-    touched = np.empty(m, np.bool_)
-    prog = np.empty(P, np.int64)
-    seq = np.empty(P, np.int64)
+    order = np.empty(bcode.shape[0], np.int32)
+    hstart = np.empty((rbstart.shape[0] - 1, projT.shape[0] + 2), np.int64)
+    cursor = np.empty(projT.shape[0] + 1, np.int64)
+    touched = np.empty(rbstart.shape[0] - 1, np.bool_)
     trace = np.empty(0, np.int64)
     for i in range(nq):
         probed[i], nbs[i] = search_one(
-            Q[i],
-            projT,
-            xs,
-            ids,
-            bcode,
-            bstart,
-            rbstart,
-            seq0,
-            U,
-            cdf,
-            tie_order,
-            n_probe,
-            out_i[i],
-            out_s[i],
-            order,
-            hstart,
-            cursor,
-            touched,
-            prog,
-            seq,
-            trace,
-        )
+            Q[i], projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, out_i[i], out_s[i],
+            order, hstart, cursor, touched, trace,
+        )  # fmt: skip
     return out_i, out_s, probed, nbs
 
 
 @njit(cache=True, parallel=True)
-def search_batch_parallel(
-    Q, projT, xs, ids, bcode, bstart, rbstart, seq0, U, cdf, tie_order, n_probe, k
-):
+def search_batch_parallel(Q, projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, k):
     """search_batch with queries spread over numba's threads (per-query buffers)."""
     nq = Q.shape[0]
-    B = bcode.shape[0]
-    m = rbstart.shape[0] - 1
-    L = projT.shape[0]
-    P = seq0.shape[0]
     out_i = np.empty((nq, k), np.int64)
     out_s = np.empty((nq, k), np.float32)
     probed = np.empty(nq, np.int64)
     nbs = np.empty(nq, np.int64)
     for i in prange(nq):
-        order = np.empty(B, np.int32)
-        hstart = np.empty((m, L + 2), np.int64)
-        cursor = np.empty(L + 1, np.int64)
-        touched = np.empty(m, np.bool_)
-        prog = np.empty(P, np.int64)
-        seq = np.empty(P, np.int64)
+        order = np.empty(bcode.shape[0], np.int32)
+        hstart = np.empty((rbstart.shape[0] - 1, projT.shape[0] + 2), np.int64)
+        cursor = np.empty(projT.shape[0] + 1, np.int64)
+        touched = np.empty(rbstart.shape[0] - 1, np.bool_)
         trace = np.empty(0, np.int64)
         probed[i], nbs[i] = search_one(
-            Q[i],
-            projT,
-            xs,
-            ids,
-            bcode,
-            bstart,
-            rbstart,
-            seq0,
-            U,
-            cdf,
-            tie_order,
-            n_probe,
-            out_i[i],
-            out_s[i],
-            order,
-            hstart,
-            cursor,
-            touched,
-            prog,
-            seq,
-            trace,
-        )
+            Q[i], projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, out_i[i], out_s[i],
+            order, hstart, cursor, touched, trace,
+        )  # fmt: skip
     return out_i, out_s, probed, nbs
 
 
 @njit(cache=True)
-def probe_trace(q, projT, xs, ids, bcode, bstart, rbstart, seq0, U, cdf, tie_order, n_probe, k):
+def probe_trace(q, projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, k):
     """The bucket indexes search_one probes for one query, in order (for tests and plots)."""
     B = bcode.shape[0]
     m = rbstart.shape[0] - 1
     L = projT.shape[0]
-    P = seq0.shape[0]
     trace = np.empty(B, np.int64)
-    out_i = np.empty(k, np.int64)
-    out_s = np.empty(k, np.float32)
     _, nb = search_one(
-        q,
-        projT,
-        xs,
-        ids,
-        bcode,
-        bstart,
-        rbstart,
-        seq0,
-        U,
-        cdf,
-        tie_order,
-        n_probe,
-        out_i,
-        out_s,
-        np.empty(B, np.int32),
-        np.empty((m, L + 2), np.int64),
-        np.empty(L + 1, np.int64),
-        np.empty(m, np.bool_),
-        np.empty(P, np.int64),
-        np.empty(P, np.int64),
-        trace,
-    )
+        q, projT, xs, ids, bcode, bstart, rbstart, seq, n_probe, np.empty(k, np.int64),
+        np.empty(k, np.float32), np.empty(B, np.int32), np.empty((m, L + 2), np.int64),
+        np.empty(L + 1, np.int64), np.empty(m, np.bool_), trace,
+    )  # fmt: skip
     return trace[: min(nb, B)]

@@ -8,25 +8,27 @@ equal count and transforms range j with its own maximum norm U_j, so a long tail
 no longer squeezes every other item towards the pole. A bucket is (range, code); a query probes
 buckets by a score of (range, number of matching bits) and re-ranks the probed items exactly.
 
-Bucket ranking (``ranking``, per call). With p the fraction of matching bits, SRP gives
-P(bit matches) = 1 - a / pi, a the angle between the transformed query and item, and
+Bucket ranking (``ranking``, per call). With p the fraction of the L hash bits that match,
+SRP gives P(bit matches) = 1 - a / pi, a the angle between the transformed query and item, and
 cos(a) = <q, x> / (|q| U_j); so the paper's score U_j cos(pi (1 - p)) is a plug-in estimate of
-<q, x> / |q|. Three rankings:
+<q, x> / |q|. Two rankings:
 
-- ``"plain"``: that estimate. With L ~ 27 bits p has a standard deviation of ~0.1, and for
-  p < 1/2 the estimate is negative, so the larger U_j the *further back* the bucket goes: the
-  large-norm ranges, where MIPS answers live, are probed after every low-norm bucket with
-  p >= 1/2 (about half of the data). True neighbours whose bucket drew p < 1/2 by chance are
-  then found only after ~n/2 probes, and recall plateaus.
-- ``"shifted"``: the authors' code, p' = 0.4 + 0.6 p.  Default: it measured best in bench (docs/bench-lsh.md). It is an optimistic shift (p' >= p, most
-  at small p) that also bounds the negative side at cos(0.6 pi) = -0.31.
-- ``"ucb"``: an upper confidence bound on <q, x> / |q|. The angle a / pi given h
-  mismatches of L bits has the Beta(h + 1, L - h + 1) posterior (uniform prior); the score is
-  U_j cos(pi a_lo), a_lo its ``ucb_quantile`` quantile (the small angle it exceeds with
-  probability 1 - quantile). Best-first search for a maximum should rank by an optimistic
-  bound, not a point estimate: a bucket that *may* hold a large inner product is probed before
-  one that surely holds a mediocre one. Where even the bound is <= 0 (hopeless buckets) the
-  score is clipped to 0 and ties go to the larger U_j, so the score never decreases in U_j or p.
+- ``"plain"``: that estimate. With L = 27 bits p has a standard deviation of ~0.1 around its
+  mean, and for p < 1/2 (more than half the bits differ) the estimate is negative, so the
+  larger U_j the *further back* the bucket goes. Most buckets sit near p = 1/2, so among them
+  the sign of cos is decided by noise and multiplying by U_j amplifies it: the large-norm ranges,
+  where MIPS answers live, have their p < 1/2 buckets probed after every low-norm bucket with
+  p >= 1/2 (about half of the data). Recall plateaus (docs/bench-lsh.md has the numbers).
+- ``"shifted"`` (default): the authors' code, p' = 0.4 + 0.6 p, i.e. U_j cos(0.6 pi (1 - p)):
+  the angle estimate pi (1 - p) is shrunk by 0.6 towards 0. The score is positive for p > 1/6
+  (h < 5L/6, which essentially never fails: a random item has p ~ 1/2 +- 0.1), so it increases
+  with U_j and with p everywhere that matters. At p = 1/2, where the bits carry no evidence, it
+  ranks by 0.59 U_j: it falls back to the norm prior (scan large norms first) instead of
+  flipping it, and one more differing bit near p = 1/2 costs a factor of only
+  1 - 0.6 pi tan(0.3 pi) / L (~0.91 at L = 27) in score, so bits trade against norms at a
+  finite rate. The constants are the authors'; an upper confidence bound on <q, x> and an
+  adaptive P(<q, x> >= current k-th best) ranking were implemented and measured worse or
+  no better (docs/bench-lsh.md), so this is the default for a measured reason.
 
 The score depends only on (range, matching bits), so the m (L + 1) pairs are ordered once per
 call and the kernel walks them, counting-sorting a range's buckets by Hamming distance the first
@@ -35,7 +37,6 @@ time the range is reached (no per-query sort over all buckets).
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -49,9 +50,8 @@ from . import _kernels as K
 
 log = logging.getLogger(__name__)
 
-RANKINGS = ("threshold", "ucb", "shifted", "plain")
+RANKINGS = ("shifted", "plain")
 DEFAULT_RANKING = "shifted"
-DEFAULT_UCB_QUANTILE = 0.1
 _TINY = 1e-30
 
 
@@ -63,66 +63,32 @@ class LSHSearchResult(SearchResult):
     stats: dict = field(default_factory=dict)
 
 
-def pair_scores(
-    U: np.ndarray, n_hash_bits: int, ranking: str = DEFAULT_RANKING,
-    ucb_quantile: float = DEFAULT_UCB_QUANTILE,
-) -> np.ndarray:  # fmt: skip
+def pair_scores(U: np.ndarray, n_hash_bits: int, ranking: str = DEFAULT_RANKING) -> np.ndarray:
     """Score of a bucket in range r whose code differs from the query's in h of the
     ``n_hash_bits`` bits: float64 (m, L + 1). See the module docstring for the rankings."""
     L = n_hash_bits
-    h = np.arange(L + 1, dtype=np.float64)
-    p = (L - h) / L
-    U = np.asarray(U, np.float64)
+    p = (L - np.arange(L + 1, dtype=np.float64)) / L
     if ranking == "plain":
         c = np.cos(np.pi * (1.0 - p))
     elif ranking == "shifted":
         c = np.cos(np.pi * (1.0 - (0.4 + 0.6 * p)))
-    elif ranking in ("ucb", "threshold"):  # threshold starts from the ucb order
-        from scipy.special import betaincinv
-
-        a_lo = betaincinv(h + 1.0, L - h + 1.0, ucb_quantile)
-        c = np.maximum(np.cos(np.pi * a_lo), 0.0)
     else:
         raise InvalidParameterError(f"ranking must be one of {list(RANKINGS)}; got {ranking!r}")
-    return U[:, None] * c[None, :]
+    return np.asarray(U, np.float64)[:, None] * c[None, :]
 
 
 def pair_order(
-    U: np.ndarray, n_hash_bits: int, ranking: str = DEFAULT_RANKING,
-    ucb_quantile: float = DEFAULT_UCB_QUANTILE,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    U: np.ndarray, n_hash_bits: int, ranking: str = DEFAULT_RANKING
+) -> tuple[np.ndarray, np.ndarray]:
     """(range, Hamming distance) pairs by decreasing score; ties by larger U_j, then smaller h,
     then smaller range. Returns (pair_r int32 (P,), pair_h int32 (P,))."""
-    s = pair_scores(U, n_hash_bits, ranking, ucb_quantile)
+    s = pair_scores(U, n_hash_bits, ranking)
     m, H = s.shape
     r = np.repeat(np.arange(m), H)
     h = np.tile(np.arange(H), m)
     Ur = np.asarray(U, np.float64)[r]
     o = np.lexsort((r, h, -Ur, -s.ravel()))
     return np.ascontiguousarray(r[o], np.int32), np.ascontiguousarray(h[o], np.int32)
-
-
-_GRID = 1024
-
-
-@functools.lru_cache(maxsize=64)
-def _angle_cdf(n_hash_bits: int) -> np.ndarray:
-    """P(a / pi <= t | h mismatches) for t on a grid of _GRID + 1 points over [0, 1]: the
-    Beta(h + 1, L - h + 1) posterior of the angle (uniform prior). float64 (L + 1, _GRID + 1)."""
-    from scipy.special import betainc
-
-    L = n_hash_bits
-    h = np.arange(L + 1, dtype=np.float64)[:, None]
-    t = np.linspace(0.0, 1.0, _GRID + 1)[None, :]
-    return np.ascontiguousarray(betainc(h + 1.0, L - h + 1.0, t))
-
-
-def _tie_order(U: np.ndarray, n_hash_bits: int) -> np.ndarray:
-    """Pairs r * (L + 1) + h by larger U_r, then smaller h, then smaller r (int64)."""
-    H = n_hash_bits + 1
-    r = np.repeat(np.arange(U.size), H)
-    h = np.tile(np.arange(H), U.size)
-    return (r * H + h)[np.lexsort((r, h, -np.asarray(U)[r]))].astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -155,7 +121,7 @@ class _RangedLSH(Index):
     """Shared machinery; use :class:`SimpleLSH` or :class:`NormRangingLSH`."""
 
     metrics = ("ip",)
-    search_params = frozenset({"n_probe_items", "ranking", "ucb_quantile", "n_threads"})
+    search_params = frozenset({"n_probe_items", "ranking", "n_threads"})
 
     def _setup(self, n_bits: int, n_ranges: int, seed: int) -> None:
         self.n_ranges = n_ranges
@@ -250,27 +216,17 @@ class _RangedLSH(Index):
     # -- search --------------------------------------------------------------------------------
 
     def _search(
-        self, q: np.ndarray, k: int, n_probe_items: int = 1000,
-        ranking: str = DEFAULT_RANKING, ucb_quantile: float = DEFAULT_UCB_QUANTILE,
+        self, q: np.ndarray, k: int, n_probe_items: int = 1000, ranking: str = DEFAULT_RANKING,
         n_threads: int = 1,
     ) -> SearchResult:  # fmt: skip
         T = check_int("n_probe_items", n_probe_items, 1)
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if n_threads == 0:
             raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
-        if not (isinstance(ucb_quantile, float | int) and 0.0 < float(ucb_quantile) < 1.0):
-            raise InvalidParameterError(f"ucb_quantile must be in (0, 1); got {ucb_quantile!r}")
         st = self._state
-        H = self.n_hash_bits + 1
-        static = "ucb" if ranking == "threshold" else ranking
-        pr, ph = pair_order(st.U, self.n_hash_bits, static, float(ucb_quantile))
-        seq0 = pr.astype(np.int64) * H + ph
-        if ranking == "threshold":
-            cdf, tie = _angle_cdf(self.n_hash_bits), _tie_order(st.U, self.n_hash_bits)
-        else:
-            cdf, tie = np.zeros((1, 1)), np.zeros(0, np.int64)
-        args = (q, self._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, seq0, st.U, cdf,
-                tie, max(T, k), k)  # fmt: skip
+        pr, ph = pair_order(st.U, self.n_hash_bits, ranking)
+        seq = pr.astype(np.int64) * (self.n_hash_bits + 1) + ph
+        args = (q, self._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, seq, max(T, k), k)
         if n_threads == 1 or q.shape[0] == 1:
             ids, S, probed, nb = K.search_batch(*args)
         else:
@@ -332,8 +288,8 @@ class NormRangingLSH(_RangedLSH):
 
     Search parameters (per call): ``n_probe_items`` (the paper's T, default 1000; raised to k):
     probe buckets in ranked order until at least T items are probed, re-rank them by exact inner
-    product; T >= len(index) gives the exact answer. ``ranking`` ("shifted" default, "ucb", "threshold",
-    "plain") and ``ucb_quantile`` (default 0.1): the bucket score, see the module docstring.
+    product; T >= len(index) gives the exact answer. ``ranking``: the bucket score, "shifted"
+    (default) or "plain", see the module docstring.
     ``n_threads``: 1 (default) or more / -1 (all cores) to spread a batch over numba threads.
 
     Updates: the ranges are cut (items sorted by norm, equal counts) on the first add and again
