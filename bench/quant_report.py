@@ -1,0 +1,84 @@
+"""Tables and plots for docs/bench-quant.md from bench/results/quant/*.json (written by
+bench/quant_bench.py): recall@k within the top T per method, and recall@20 against T as PNGs.
+
+    python -m bench.quant_report glove-50-pq-opq-rq glove-50k-lsq ... --png-dir docs/img
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from simsearch.eval import markdown_table
+
+from .quant_bench import RESULTS, TS
+
+
+def load(tag: str) -> dict:
+    return json.loads((RESULTS / f"{tag}.json").read_text())
+
+
+def tables(tag: str, k: int = 20) -> str:
+    doc = load(tag)
+    rows = []
+    for r in doc["rows"]:
+        row = {"method": r["method"], "bits": r["bits"], "n": r.get("n", doc["n"])}
+        row |= {f"T={t}": r[f"r{k}@{t}"] for t in TS}
+        rows.append(row)
+    return markdown_table(rows, ["method", "bits", "n"] + [f"T={t}" for t in TS])
+
+
+def qps_table(tag: str) -> str:
+    doc = load(tag)
+    return markdown_table(doc["qps"], list(doc["qps"][0])) if doc.get("qps") else ""
+
+
+def plot(tags: list[str], title: str, path: Path, k: int = 20) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for t in tags for r in load(t)["rows"]]
+    bits = sorted({r["bits"] for r in rows})
+    fig, axes = plt.subplots(1, len(bits), figsize=(5.5 * len(bits), 4), squeeze=False)
+    colors = {"pq": "C0", "opq": "C1", "rq": "C2", "lsq": "C3"}
+    for ax, b in zip(axes[0], bits, strict=True):
+        for r in rows:
+            if r["bits"] != b:
+                continue
+            neq = r["side"] == "neq"
+            ax.plot(TS, [r[f"r{k}@{t}"] for t in TS], color=colors[r["base"]],
+                    ls="-" if neq else "--", marker="o" if neq else "x", ms=4,
+                    label=r["method"])  # fmt: skip
+        ax.set_xscale("log", base=4)
+        ax.set_xlabel("T (top items of the scan)")
+        ax.set_ylabel(f"recall@{k} within top T")
+        ax.set_title(f"{title}, {b} bits")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tags", nargs="+")
+    ap.add_argument("--k", type=int, default=20)
+    ap.add_argument("--png", default=None, help="write one plot of all tags here")
+    ap.add_argument("--title", default="")
+    args = ap.parse_args(argv)
+    for t in args.tags:
+        print(f"### {t}: recall@{args.k} within top T\n\n{tables(t, args.k)}\n")
+        q = qps_table(t)
+        if q:
+            print(f"scan queries/s (k=10, one thread):\n\n{q}\n")
+    if args.png:
+        plot(args.tags, args.title, Path(args.png), args.k)
+
+
+if __name__ == "__main__":
+    main()
