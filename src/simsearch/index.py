@@ -188,6 +188,7 @@ _KIND_MODULES = {
     "nr-lsh": "simsearch.lsh", "simple-lsh": "simsearch.lsh",
     "ipnsw-plus": "simsearch.graph.ipnsw_plus",
     "neq": "simsearch.quant",
+    "pyramid": "simsearch.pyramid",
 }
 
 

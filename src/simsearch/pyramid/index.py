@@ -1,0 +1,536 @@
+"""PyramidIndex: k-means centres, a meta-HNSW over them, a balanced graph partition of its
+level-0 graph into parts, one sub-index per part, MIPS top-r replication (design §4.4).
+
+The paper: Deng et al., "Pyramid: A General Framework for Distributed Similarity Search on
+Large-scale Datasets" (IEEE Big Data 2019).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidParameterError, SimsearchError
+from ..hnsw import HNSWIndex
+from ..index import (
+    IdSet,
+    Index,
+    SearchResult,
+    check_int,
+    create_index,
+    higher_is_better,
+    index_class,
+    normalize_rows,
+    register,
+)
+from ._kernels import merge_topk_dedup, parse_level0
+
+log = logging.getLogger(__name__)
+
+#: sub-index kinds a part may not be (a pyramid of pyramids is not supported)
+_FORBIDDEN_SUB = {"pyramid"}
+#: rows of a batch scored against all centres at once while updating the MIPS lists
+_MIPS_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class CoveredSearchResult(SearchResult):
+    """A SearchResult that may be partial: ``coverage`` is the fraction of (query, part) requests
+    answered; 1.0 means complete."""
+
+    coverage: float = 1.0
+
+
+class PartUnavailableError(SimsearchError, RuntimeError):
+    """No replica of a part answered (in time)."""
+
+
+# A factory making the parts of a PyramidIndex: called with (index, n_parts) and returning a
+# list of objects with the Index surface (add, remove, search, len). None: local sub-indexes.
+# The cluster coordinator sets it so that the same index routes to remote replicas.
+_parts_factory: Callable[[PyramidIndex, int], list] | None = None
+
+
+def set_parts_factory(factory: Callable[[PyramidIndex, int], list] | None) -> None:
+    """Make new PyramidIndex objects in this process use remote parts (the coordinator)."""
+    global _parts_factory
+    _parts_factory = factory
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+
+
+def hnsw_level0_graph(meta: HNSWIndex) -> np.ndarray:
+    """The level-0 graph of an hnswlib-backed HNSWIndex as (n, max_m0) int64 neighbour labels,
+    -1 padded, rows ordered by label (labels must be 0..n-1). Read from hnswlib's saved format
+    (hnswlib has no API for the links)."""
+    _, arrays = meta._get_state()
+    blob = np.ascontiguousarray(arrays["hnswlib"])
+    head = struct.Struct("<QQQQQQiIQQQdQ")
+    (off0, _max_el, count, size_per, label_off, _off_data, _maxlevel, _ep, _maxm, maxm0, _m,
+     _mult, _efc) = head.unpack_from(blob.tobytes()[: head.size])
+    labels, nbrs = parse_level0(blob, head.size + off0, count, size_per, label_off, maxm0)
+    if count != len(meta) or not np.array_equal(np.sort(labels), np.arange(count)):
+        raise RuntimeError("unexpected hnswlib layout: labels are not 0..n-1")
+    out = np.full_like(nbrs, -1)
+    out[labels] = nbrs
+    return out
+
+
+def undirected_csr(nbrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A directed neighbour table (n, deg), -1 padded, as an undirected simple graph in CSR form
+    (xadj (n+1,), adjncy), both directions stored, no self-loops or repeated edges."""
+    n = nbrs.shape[0]
+    src = np.repeat(np.arange(n), nbrs.shape[1])
+    dst = nbrs.ravel()
+    keep = (dst >= 0) & (dst != src)
+    src, dst = src[keep], dst[keep]
+    a = np.concatenate([src, dst])
+    b = np.concatenate([dst, src])
+    key = np.unique(a * n + b)
+    a, b = key // n, key % n
+    xadj = np.zeros(n + 1, np.int64)
+    np.add.at(xadj, a + 1, 1)
+    return np.cumsum(xadj), b.astype(np.int64)
+
+
+def partition_graph(
+    xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, n_parts: int, seed: int = 0
+) -> np.ndarray:
+    """Balanced k-way partition with METIS (pymetis): parts of near-equal total vertex weight,
+    few cut edges. Returns int64 (n,) part per vertex."""
+    n = xadj.shape[0] - 1
+    if n_parts == 1:
+        return np.zeros(n, np.int64)
+    import pymetis
+
+    opts = pymetis.Options(seed=seed)
+    _, parts = pymetis.part_graph(
+        n_parts, pymetis.CSRAdjacency(xadj.tolist(), adjncy.tolist()),
+        vweights=[int(w) for w in weights], options=opts,
+    )
+    return np.asarray(parts, np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# the index
+
+
+@register("pyramid")
+class PyramidIndex(Index):
+    """Pyramid: partitioned search routed by a meta-HNSW over k-means centres.
+
+    Parameters
+    ----------
+    dim, metric : "ip" (MIPS; partitioned by direction), "cosine" or "l2".
+    n_centers : k-means centres (the paper's m; 10,000 at scale), nodes of the meta-HNSW.
+    n_partitions : parts (the paper's w; one per machine), each with its own sub-index.
+    sample_size : items k-means trains on (default: all rows given to ``train``, at most
+        ``100 * n_centers``).
+    mips_replicas : for metric "ip", each centre's top-r items by inner product are also
+        stored in that centre's part (the paper's r); 0 turns it off. Ignored otherwise.
+    sub_index : index kind of each part (e.g. "hnsw", "flat").
+    seed : k-means, sampling, meta-HNSW and partitioner seed.
+    meta_M : links per node of the meta-HNSW.
+    **sub_params : build parameters of each part's sub-index.
+
+    Search parameters: ``branching`` (the paper's K: how many nearest centres route the query;
+    default 10), ``meta_ef`` (meta-HNSW beam, default max(2K, 32)), ``require_complete``
+    (default True: raise when a part cannot answer; False returns partial results flagged with
+    ``coverage``) and the sub-index's own (e.g. ``ef``).
+
+    Items go to the part of their nearest centre (for "ip"/"cosine": nearest in direction).
+    A MIPS copy is kept while the item stays in its centre's top-r; removing an item does not
+    refill the lists. Searches may run concurrently; writes are serialized.
+    """
+
+    needs_training = True
+    search_params = frozenset({"branching", "meta_ef", "require_complete"})
+
+    def __init__(
+        self,
+        dim: int,
+        metric: str = "l2",
+        n_centers: int = 1000,
+        n_partitions: int = 4,
+        sample_size: int | None = None,
+        mips_replicas: int = 300,
+        sub_index: str = "hnsw",
+        seed: int = 0,
+        meta_M: int = 16,
+        **sub_params: Any,
+    ):
+        n_centers = check_int("n_centers", n_centers, 1, 1 << 22)
+        n_partitions = check_int("n_partitions", n_partitions, 1, 4096)
+        if n_partitions > n_centers:
+            raise InvalidParameterError(
+                f"n_partitions must be <= n_centers; got n_partitions={n_partitions}, "
+                f"n_centers={n_centers}"
+            )
+        if sample_size is not None:
+            sample_size = check_int("sample_size", sample_size, 1)
+        mips_replicas = check_int("mips_replicas", mips_replicas, 0, 1 << 20)
+        seed = check_int("seed", seed, 0)
+        meta_M = check_int("meta_M", meta_M, 2, 256)
+        if not isinstance(sub_index, str) or sub_index in _FORBIDDEN_SUB:
+            raise InvalidParameterError(
+                f"sub_index must be an index kind other than 'pyramid'; got {sub_index!r}"
+            )
+        sub_cls = index_class(sub_index)
+        if sub_cls.needs_training:
+            raise InvalidParameterError(
+                f"sub_index must not need training; {sub_index!r} does"
+            )
+        super().__init__(
+            dim, metric, n_centers=n_centers, n_partitions=n_partitions,
+            sample_size=sample_size, mips_replicas=mips_replicas, sub_index=sub_index, seed=seed,
+            meta_M=meta_M, **sub_params,
+        )
+        create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
+        self.sub_params = dict(sub_params)
+        self.search_params = PyramidIndex.search_params | sub_cls.search_params
+        self.spherical = metric in ("ip", "cosine")
+        self.centres: np.ndarray | None = None
+        self.part_of_centre: np.ndarray | None = None
+        self.meta: HNSWIndex | None = None
+        self.parts: list = []
+        self._home: dict[int, int] = {}  # id -> part of its nearest centre
+        self._copies: dict[int, set[int]] = {}  # id -> parts holding a MIPS copy
+        self._topr_ids: np.ndarray | None = None  # (m, r) MIPS lists, -1 padded
+        self._topr_scores: np.ndarray | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def n_parts(self) -> int:
+        return self._params["n_partitions"]
+
+    @property
+    def uses_mips_copies(self) -> bool:
+        return self.metric == "ip" and self._params["mips_replicas"] > 0
+
+    def part_sizes(self) -> np.ndarray:
+        """Items stored per part, MIPS copies included (the router's count)."""
+        out = np.bincount(np.fromiter(self._home.values(), np.int64, len(self._home)),
+                          minlength=self.n_parts)
+        for ps in self._copies.values():
+            for p in ps:
+                out[p] += 1
+        return out
+
+    def home_part(self, ids: Any) -> np.ndarray:
+        return np.array([self._home[int(i)] for i in np.asarray(ids).ravel()], np.int64)
+
+    # -- training ---------------------------------------------------------------------------
+
+    def _new_parts(self) -> list:
+        if _parts_factory is not None:
+            parts = _parts_factory(self, self.n_parts)
+            self._pool = ThreadPoolExecutor(max(1, min(32, self.n_parts)),
+                                            thread_name_prefix="pyramid-part")
+            return parts
+        p = self._params
+        return [create_index(p["sub_index"], self.dim, self.metric, **self.sub_params)
+                for _ in range(self.n_parts)]
+
+    def _centre_space(self, x: np.ndarray) -> np.ndarray:
+        return normalize_rows(x) if self.spherical else x
+
+    def _train(self, x: np.ndarray) -> None:
+        import faiss
+
+        p = self._params
+        rng = np.random.default_rng(p["seed"])
+        m = p["n_centers"]
+        limit = p["sample_size"] or 100 * m
+        sample = x[rng.choice(x.shape[0], limit, replace=False)] if x.shape[0] > limit else x
+        if sample.shape[0] < m:
+            raise InvalidParameterError(
+                f"training needs at least n_centers={m} vectors; got {sample.shape[0]}"
+            )
+        sample = self._centre_space(np.ascontiguousarray(sample, np.float32))
+        km = faiss.Kmeans(self.dim, m, niter=20, seed=p["seed"], spherical=self.spherical,
+                          verbose=False, min_points_per_centroid=1)
+        km.train(sample)
+        centres = np.ascontiguousarray(km.centroids, np.float32)
+        if self.spherical:
+            norms = np.linalg.norm(centres, axis=1, keepdims=True)
+            centres = np.where(norms > 0, centres / np.maximum(norms, 1e-30), centres)
+        # cluster sizes on the sample weight the partition (parts balanced by items, not centres)
+        sizes = np.bincount(self._nearest_centre(sample, centres), minlength=m)
+        self._set_model(centres, self._partition(centres, sizes))
+        log.info("pyramid: %d centres in %d parts (sizes %s)", m, self.n_parts,
+                 np.bincount(self.part_of_centre, weights=sizes, minlength=self.n_parts))
+
+    def _build_meta(self, centres: np.ndarray) -> HNSWIndex:
+        meta = HNSWIndex(self.dim, "ip" if self.spherical else "l2", M=self._params["meta_M"],
+                         ef_construction=200, seed=self._params["seed"], n_threads=1,
+                         capacity=max(1, centres.shape[0]))
+        meta.add(centres)
+        return meta
+
+    def _partition(self, centres: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        meta = self._build_meta(centres)
+        xadj, adjncy = undirected_csr(hnsw_level0_graph(meta))
+        self.meta = meta
+        return partition_graph(xadj, adjncy, sizes + 1, self.n_parts, self._params["seed"])
+
+    def _set_model(self, centres: np.ndarray, part_of_centre: np.ndarray) -> None:
+        self.centres = centres
+        self.part_of_centre = part_of_centre.astype(np.int64)
+        if self.meta is None:
+            self.meta = self._build_meta(centres)
+        self.parts = self._new_parts()
+        self._home, self._copies = {}, {}
+        self._counts = np.zeros(self.n_parts, np.int64)
+        r = self._params["mips_replicas"] if self.uses_mips_copies else 0
+        self._topr_ids = np.full((centres.shape[0], r), -1, np.int64)
+        self._topr_scores = np.full((centres.shape[0], r), -np.inf, np.float32)
+
+    def _nearest_centre(self, x: np.ndarray, centres: np.ndarray | None = None) -> np.ndarray:
+        import faiss
+
+        centres = self.centres if centres is None else centres
+        flat = faiss.IndexFlatIP(self.dim) if self.spherical else faiss.IndexFlatL2(self.dim)
+        flat.add(centres)
+        _, idx = flat.search(np.ascontiguousarray(x, np.float32), 1)
+        return idx[:, 0].astype(np.int64)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def plan_add(self, x: np.ndarray, ids: np.ndarray):
+        """Decide where a batch goes: (home part per row, copies to add [(part, rows)],
+        copies to drop [(part, ids)], new MIPS lists). Changes nothing."""
+        home = self.part_of_centre[self._nearest_centre(self._centre_space(x))]
+        if not self.uses_mips_copies:
+            return home, [], [], None
+        r = self._topr_ids.shape[1]
+        t_ids, t_scores = self._topr_ids.copy(), self._topr_scores.copy()
+        for s in range(0, x.shape[0], _MIPS_CHUNK):
+            xs, ids_s = x[s : s + _MIPS_CHUNK], ids[s : s + _MIPS_CHUNK]
+            sc = (xs @ self.centres.T).T  # (m, n): inner product with each centre's direction
+            all_s = np.concatenate([t_scores, sc.astype(np.float32)], axis=1)
+            all_i = np.concatenate([t_ids, np.broadcast_to(ids_s, sc.shape)], axis=1)
+            if all_s.shape[1] > r:
+                sel = np.argpartition(-all_s, r - 1, axis=1)[:, :r]
+                t_scores = np.take_along_axis(all_s, sel, 1)
+                t_ids = np.take_along_axis(all_i, sel, 1)
+            else:
+                t_scores, t_ids = all_s, all_i
+        row_of = {int(i): j for j, i in enumerate(ids.tolist())}
+        new_home = dict(zip(ids.tolist(), home.tolist(), strict=True))
+        want = self._wanted_copies(t_ids, lambda i: new_home.get(i, self._home.get(i)))
+        have = {(p, i) for i, ps in self._copies.items() for p in ps}
+        add_pairs = sorted(want - have)
+        drop_pairs = sorted(have - want)
+        adds: dict[int, list[int]] = {}
+        for p, i in add_pairs:
+            adds.setdefault(p, []).append(row_of[i])  # only batch items can newly enter a list
+        drops: dict[int, list[int]] = {}
+        for p, i in drop_pairs:
+            drops.setdefault(p, []).append(i)
+        return home, sorted(adds.items()), sorted(drops.items()), (t_ids, t_scores)
+
+    def _wanted_copies(self, t_ids: np.ndarray, home_of) -> set[tuple[int, int]]:
+        cp = np.repeat(self.part_of_centre, t_ids.shape[1])
+        flat = t_ids.ravel()
+        ok = flat >= 0
+        out = set()
+        for p, i in zip(cp[ok].tolist(), flat[ok].tolist(), strict=True):
+            if home_of(i) != p:
+                out.add((p, i))
+        return out
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        home, copy_adds, copy_drops, topr = self.plan_add(x, ids)
+        jobs = []
+        for p in range(self.n_parts):
+            rows = np.flatnonzero(home == p)
+            extra = dict(copy_adds).get(p)
+            if extra:
+                rows = np.concatenate([rows, np.asarray(extra, np.int64)])
+            if rows.size:
+                jobs.append((p, "add", (x[rows], ids[rows])))
+        for p, drop in copy_drops:
+            jobs.append((p, "remove", (np.asarray(drop, np.int64),)))
+        self._run_writes(jobs)
+        self._home.update(zip(ids.tolist(), home.tolist(), strict=True))
+        for p, rows in copy_adds:
+            for r_ in rows:
+                self._copies.setdefault(int(ids[r_]), set()).add(p)
+        for p, drop in copy_drops:
+            for i in drop:
+                s = self._copies.get(i)
+                if s is not None:
+                    s.discard(p)
+                    if not s:
+                        del self._copies[i]
+        if topr is not None:
+            self._topr_ids, self._topr_scores = topr
+        self._counts = self.part_sizes()
+
+    def _run_writes(self, jobs: list) -> None:
+        def run(job):
+            p, op, args = job
+            getattr(self.parts[p], op)(*args)
+
+        if self._pool is None or len(jobs) <= 1:
+            for job in jobs:
+                run(job)
+        else:
+            for f in [self._pool.submit(run, j) for j in jobs]:
+                f.result()
+
+    def _remove(self, ids: np.ndarray) -> None:
+        by_part: dict[int, list[int]] = {}
+        for i in ids.tolist():
+            by_part.setdefault(self._home[i], []).append(i)
+            for p in self._copies.get(i, ()):
+                by_part.setdefault(p, []).append(i)
+        self._run_writes([(p, "remove", (np.asarray(v, np.int64),))
+                          for p, v in sorted(by_part.items())])
+        for i in ids.tolist():
+            del self._home[i]
+            self._copies.pop(i, None)
+        if self._topr_ids is not None and self._topr_ids.size:
+            gone = np.isin(self._topr_ids, ids)
+            self._topr_ids[gone] = -1
+            self._topr_scores[gone] = -np.inf
+        self._counts = self.part_sizes()
+
+    # -- search -----------------------------------------------------------------------------
+
+    def route(self, q: np.ndarray, branching: int, meta_ef: int | None = None) -> np.ndarray:
+        """(nq, n_parts) bool: the parts holding each query's ``branching`` nearest centres."""
+        kk = min(branching, self.centres.shape[0])
+        ef = max(2 * kk, 32) if meta_ef is None else check_int("meta_ef", meta_ef, 1, 1 << 20)
+        r = self.meta.search(q, kk, ef=ef)
+        hit = np.zeros((q.shape[0], self.n_parts), bool)
+        ok = r.ids >= 0
+        rows = np.repeat(np.arange(q.shape[0]), kk).reshape(q.shape[0], kk)
+        hit[rows[ok], self.part_of_centre[r.ids[ok]]] = True
+        return hit
+
+    def _widen_small(self, hit: np.ndarray, k: int) -> np.ndarray:
+        """Ask every part for queries whose routed parts hold fewer than k items, so a small
+        index returns all it has (as every index does)."""
+        counts = self._counts
+        short = (hit * counts).sum(1) < k
+        hit[short] = counts > 0
+        return hit
+
+    def _search(
+        self, q: np.ndarray, k: int, branching: int = 10, meta_ef: int | None = None,
+        require_complete: bool = True, **sub_params: Any,
+    ) -> SearchResult:
+        branching = check_int("branching", branching, 1, 1 << 22)
+        if not isinstance(require_complete, bool):
+            raise InvalidParameterError(
+                f"require_complete must be true or false; got {require_complete!r}")
+        hit = self._widen_small(self.route(q, branching, meta_ef), k)
+        pad = -np.inf if higher_is_better(self.metric) else np.inf
+        nq, P = q.shape[0], self.n_parts
+        cand_ids = np.full((nq, P * k), -1, np.int64)
+        cand_scores = np.full((nq, P * k), pad, np.float32)
+        jobs = [(p, np.flatnonzero(hit[:, p])) for p in range(P)]
+        jobs = [(p, rows) for p, rows in jobs if rows.size]
+
+        def one(job):
+            p, rows = job
+            return self.parts[p].search(q[rows], k, **sub_params)
+
+        if self._pool is None or len(jobs) <= 1:
+            results = []
+            for j in jobs:
+                try:
+                    results.append(one(j))
+                except PartUnavailableError as exc:
+                    results.append(exc)
+        else:
+            futs = [self._pool.submit(one, j) for j in jobs]
+            results = []
+            for f in futs:
+                try:
+                    results.append(f.result())
+                except PartUnavailableError as exc:
+                    results.append(exc)
+        missed = 0
+        for (p, rows), r in zip(jobs, results, strict=True):
+            if isinstance(r, Exception):
+                if require_complete:
+                    raise r
+                missed += rows.size
+                continue
+            cand_ids[rows, p * k : (p + 1) * k] = r.ids
+            cand_scores[rows, p * k : (p + 1) * k] = r.scores
+        ids, scores = merge_topk_dedup(cand_ids, cand_scores, k, higher_is_better(self.metric))
+        if missed:
+            total = sum(rows.size for _, rows in jobs)
+            return CoveredSearchResult(ids, scores, coverage=1.0 - missed / max(1, total))
+        return SearchResult(ids, scores)
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def _get_state(self):
+        meta: dict[str, Any] = {"trained": self.centres is not None}
+        arrays: dict[str, np.ndarray] = {}
+        if self.centres is None:
+            return meta, arrays
+        arrays["centres"] = self.centres
+        arrays["part_of_centre"] = self.part_of_centre
+        meta["topr_shape"] = list(self._topr_ids.shape)
+        arrays["topr_ids"] = self._topr_ids.ravel()  # flat: a (m, 0) array cannot be written
+        arrays["topr_scores"] = self._topr_scores.ravel()
+        hid = np.fromiter(self._home.keys(), np.int64, len(self._home))
+        arrays["home_ids"] = hid
+        arrays["home_parts"] = np.fromiter(self._home.values(), np.int64, len(self._home))
+        pairs = [(i, p) for i, ps in self._copies.items() for p in sorted(ps)]
+        arrays["copies"] = np.asarray(pairs, np.int64).ravel()  # (id, part) pairs
+        mm, ma = self.meta._get_state()
+        meta["meta_hnsw"] = mm
+        arrays.update({f"meta.{k}": v for k, v in ma.items()})
+        arrays["meta.__ids__"] = self.meta._idset.sorted
+        meta["remote"] = _parts_factory is not None
+        subs = []
+        if not meta["remote"]:
+            for j, part in enumerate(self.parts):
+                sm, sa = part._get_state()
+                subs.append({"meta": sm, "next_id": part._idset.next_id})
+                arrays.update({f"s{j}.{k}": v for k, v in sa.items()})
+                arrays[f"s{j}.__ids__"] = part._idset.sorted
+        meta["subs"] = subs
+        return meta, arrays
+
+    def _set_state(self, meta, arrays):
+        if not meta["trained"]:
+            return
+        self.meta = HNSWIndex(self.dim, "ip" if self.spherical else "l2",
+                              M=self._params["meta_M"], ef_construction=200,
+                              seed=self._params["seed"], n_threads=1)
+        self.meta._idset = IdSet(arrays["meta.__ids__"].copy())
+        self.meta._set_state(meta["meta_hnsw"], {k[5:]: v for k, v in arrays.items()
+                                                 if k.startswith("meta.") and k != "meta.__ids__"})
+        self._set_model(arrays["centres"].copy(), arrays["part_of_centre"].copy())
+        shape = tuple(meta["topr_shape"])
+        self._topr_ids = arrays["topr_ids"].reshape(shape).copy()
+        self._topr_scores = arrays["topr_scores"].reshape(shape).copy()
+        self._home = dict(zip(arrays["home_ids"].tolist(), arrays["home_parts"].tolist(),
+                              strict=True))
+        for i, p in arrays["copies"].reshape(-1, 2).tolist():
+            self._copies.setdefault(i, set()).add(p)
+        self._counts = self.part_sizes()
+        if meta.get("remote") or _parts_factory is not None:
+            return
+        for j, (part, sm) in enumerate(zip(self.parts, meta["subs"], strict=True)):
+            pre = f"s{j}."
+            part._idset = IdSet(arrays[pre + "__ids__"].copy(), sm["next_id"])
+            part._set_state(sm["meta"], {k[len(pre):]: v for k, v in arrays.items()
+                                         if k.startswith(pre) and k != pre + "__ids__"})

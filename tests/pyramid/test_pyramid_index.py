@@ -1,0 +1,185 @@
+"""PyramidIndex in process: exactness with exact parts, balance, MIPS copies, persistence."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+from simsearch.datasets import synthetic_longtail
+from simsearch.errors import InvalidParameterError
+from simsearch.eval import recall_at_k
+from simsearch.pyramid import PyramidIndex
+from simsearch.pyramid._kernels import merge_topk_dedup
+from simsearch.pyramid.index import hnsw_level0_graph, undirected_csr
+
+DIM, N, K = 24, 3000, 10
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_longtail(n=N, dim=DIM, n_queries=40, n_clusters=30, seed=11)
+
+
+def make(metric, **kw):
+    kw = {"n_centers": 48, "n_partitions": 4, "mips_replicas": 40, "sub_index": "flat", **kw}
+    return PyramidIndex(DIM, metric, **kw)
+
+
+# -- kernels against slow references ----------------------------------------------------------
+
+
+def merge_reference(ids, scores, k, hib):
+    out_i = np.full((ids.shape[0], k), -1, np.int64)
+    out_s = np.full((ids.shape[0], k), -np.inf if hib else np.inf, np.float32)
+    for r in range(ids.shape[0]):
+        order = sorted((j for j in range(ids.shape[1]) if ids[r, j] >= 0),
+                       key=lambda j: (-scores[r, j] if hib else scores[r, j], j))
+        seen, f = set(), 0
+        for j in order:
+            if ids[r, j] in seen or f == k:
+                continue
+            seen.add(ids[r, j])
+            out_i[r, f], out_s[r, f] = ids[r, j], scores[r, j]
+            f += 1
+    return out_i, out_s
+
+
+@pytest.mark.parametrize("hib", [True, False])
+def test_merge_kernel_matches_reference(hib):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(-1, 15, size=(30, 24))
+    scores = rng.integers(0, 6, size=ids.shape).astype(np.float32)  # many ties
+    got = merge_topk_dedup(ids, scores, 7, hib)
+    want = merge_reference(ids, scores, 7, hib)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def level0_reference(meta):
+    """hnswlib's level-0 links, read byte by byte from its save format."""
+    blob = meta._get_state()[1]["hnswlib"].tobytes()
+    head = struct.Struct("<QQQQQQiIQQQdQ")
+    off0, _, count, size, label_off, *_rest = head.unpack_from(blob)
+    maxm0 = head.unpack_from(blob)[9]
+    out = {}
+    for e in range(count):
+        base = head.size + off0 + e * size
+        n = struct.unpack_from("<H", blob, base)[0]
+        links = struct.unpack_from(f"<{n}I", blob, base + 4)
+        label = struct.unpack_from("<Q", blob, base + label_off)[0]
+        out[label] = [e2 for e2 in links]
+        assert n <= maxm0
+    labels = [struct.unpack_from("<Q", blob, head.size + off0 + e * size + label_off)[0]
+              for e in range(count)]
+    return {lab: sorted(labels[i] for i in links) for lab, links in out.items()}
+
+
+def test_level0_graph_matches_reference():
+    rng = np.random.default_rng(1)
+    meta = ss.HNSWIndex(8, "l2", M=4, ef_construction=40, n_threads=1)
+    meta.add(rng.standard_normal((200, 8)).astype(np.float32))
+    g = hnsw_level0_graph(meta)
+    ref = level0_reference(meta)
+    for lab in range(200):
+        assert sorted(x for x in g[lab].tolist() if x >= 0) == ref[lab]
+    xadj, adj = undirected_csr(g)
+    edges = {(a, int(b)) for a in range(200) for b in adj[xadj[a]:xadj[a + 1]]}
+    assert all((b, a) in edges for a, b in edges) and all(a != b for a, b in edges)
+    assert (np.diff(xadj) > 0).all()
+
+
+# -- the index --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric", ["ip", "cosine", "l2"])
+def test_exact_parts_with_all_parts_equal_flat(metric, data):
+    base, queries = data
+    p = make(metric)
+    p.train(base)
+    p.add(base)
+    f = ss.FlatIndex(DIM, metric)
+    f.add(base)
+    r, o = p.search(queries, K, branching=48), f.search(queries, K)
+    np.testing.assert_allclose(r.scores, o.scores, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(r.ids, o.ids)
+    if metric == "ip":  # MIPS copies exist and never surface twice
+        assert p.part_sizes().sum() > len(p)
+    for row in p.search(queries, 50, branching=3).ids:
+        row = row[row >= 0]
+        assert np.unique(row).size == row.size
+
+
+def test_partition_balanced_within_metis_tolerance(data):
+    base, _ = data
+    p = make("l2", n_centers=64, n_partitions=4)
+    p.train(base)
+    sizes = np.bincount(p._nearest_centre(base), minlength=64) + 1
+    weight = np.bincount(p.part_of_centre, weights=sizes, minlength=4)
+    # METIS' default imbalance tolerance is 3% (ufactor 30); a vertex is never split
+    assert weight.max() <= 1.03 * weight.sum() / 4 + sizes.max()
+    assert set(p.part_of_centre.tolist()) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_recall_with_hnsw_parts_and_small_branching(metric, data):
+    base, queries = data
+    p = make(metric, sub_index="hnsw", M=12, ef_construction=80, mips_replicas=100)
+    p.train(base)
+    p.add(base)
+    f = ss.FlatIndex(DIM, metric)
+    f.add(base)
+    o = f.search(queries, 100)
+    r = p.search(queries, K, branching=4, ef=64)
+    rec = recall_at_k(r.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base,
+                      metric=metric)
+    assert rec >= 0.9, rec  # observed 0.99 (ip), 0.98 (l2)
+    # fewer parts per query than all of them
+    assert p.route(queries, 4).sum(1).mean() < 4
+
+
+def test_save_load_remove_and_incremental_adds(data, tmp_path):
+    base, queries = data
+    p = make("ip")
+    p.train(base)
+    p.add(base[:1000])
+    p.add(base[1000:])  # MIPS lists updated incrementally
+    p.remove(np.arange(0, 3000, 7))
+    p.save(tmp_path / "p.idx")
+    q = ss.load(tmp_path / "p.idx")
+    a, b = p.search(queries, K, branching=5), q.search(queries, K, branching=5)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    assert len(q) == len(p) and not np.isin(a.ids, np.arange(0, 3000, 7)).any()
+    # the same as a flat index over what is left, when every part is asked
+    f = ss.FlatIndex(DIM, "ip")
+    keep = np.setdiff1d(np.arange(3000), np.arange(0, 3000, 7))
+    f.add(base[keep], keep)
+    np.testing.assert_array_equal(q.search(queries, K, branching=48).ids,
+                                  f.search(queries, K).ids)
+    # batch and one-incremental add give the same copies
+    p2 = make("ip")
+    p2.train(base)
+    p2.add(base)
+    p3 = make("ip")
+    p3.train(base)
+    for s in range(0, 3000, 500):
+        p3.add(base[s:s + 500])
+    assert p2._copies == p3._copies
+
+
+def test_validation():
+    with pytest.raises(InvalidParameterError, match="n_partitions must be <= n_centers"):
+        PyramidIndex(8, "l2", n_centers=2, n_partitions=4)
+    with pytest.raises(InvalidParameterError, match="sub_index"):
+        PyramidIndex(8, "l2", sub_index="pyramid")
+    p = PyramidIndex(8, "l2", n_centers=4, n_partitions=2, sub_index="flat")
+    with pytest.raises(InvalidParameterError, match="n_centers=4"):
+        p.train(np.ones((3, 8), np.float32))
+    p.train(np.random.default_rng(0).standard_normal((50, 8)))
+    p.add(np.random.default_rng(1).standard_normal((20, 8)))
+    with pytest.raises(InvalidParameterError, match="branching"):
+        p.search(np.ones(8), 3, branching=0)
+    with pytest.raises(InvalidParameterError, match="unknown search parameter"):
+        p.search(np.ones(8), 3, ef=3)
