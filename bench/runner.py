@@ -16,11 +16,14 @@ Config (see ``bench/configs/``)::
 
 How it measures. Every index is built once and kept. A first pass computes recall@k and the
 method's work counter for every (index, search setting). Then ``rounds`` timing rounds each visit
-every setting of every algorithm, alternating the order between rounds, so peers that are compared
-see the same machine noise; each setting keeps its best round. Per setting and round: the whole
-query batch at each thread count (repeated until ``min_seconds``), and one-query-at-a-time latency
-on the first ``latency_queries`` queries at one thread. Latency statistics are taken over each
-query's best time across rounds (machine noise out, per-query difficulty kept).
+every setting of every algorithm. Runs that share a search setting (hnswlib and simsearch-hnsw at
+ef=40, say) form a group whose members are timed call by call in alternation, so compared peers
+see the same machine noise; the group order flips every round, and every run keeps its best. Per
+group and round: the whole query batch at each thread count (each member repeated until
+``min_seconds``), then one-query-at-a-time latency on the first ``latency_queries`` queries at one
+thread. QPS is reported from wall time and, at one thread, from the calling thread's CPU time,
+which other processes on a shared machine disturb much less. Latency statistics are taken over
+each query's best time across rounds (machine noise out, per-query difficulty kept).
 """
 
 from __future__ import annotations
@@ -124,33 +127,51 @@ def _quiet_gc():
         gc.enable()
 
 
-def _batch_seconds(adapter, q, k, sp, threads: int, min_seconds: float) -> tuple[float, float]:
-    """Best (wall, CPU) seconds of one whole-batch query call at ``threads`` threads, repeating
-    the call until ``min_seconds`` of wall time have been spent. CPU time is the calling
-    thread's (``time.thread_time``): at one thread every adapter computes in the calling thread,
-    so it is the wall time of a quiet machine, immune to other processes taking the cores."""
-    adapter.n_threads = threads
-    best_w, best_c, spent = np.inf, np.inf, 0.0
+def _time_batches(group: list[dict], q, k, threads: int, min_seconds: float) -> None:
+    """Time whole-batch query calls at ``threads`` threads for every run in ``group`` (runs that
+    share a search setting), alternating the members call by call (A B, B A, ...) until each has
+    had ``min_seconds`` of wall time, so peers see the same machine noise; keep each run's best
+    wall and CPU time as QPS. CPU time is the calling thread's (``time.thread_time``): at one
+    thread every adapter computes in the calling thread, so it is the wall time of a quiet
+    machine, immune to other processes taking the cores (not to their cache and memory traffic).
+    """
+    best = {id(r): [np.inf, np.inf] for r in group}
+    spent, rep = 0.0, 0
     with thread_limit(threads), _quiet_gc():
-        while spent < min_seconds or not np.isfinite(best_w):
-            c, t = time.thread_time(), time.perf_counter()
-            adapter.query(q, k, **sp)
-            dt, dc = time.perf_counter() - t, time.thread_time() - c
-            best_w, best_c, spent = min(best_w, dt), min(best_c, dc), spent + dt
-    return best_w, best_c
+        while rep == 0 or spent < min_seconds * len(group):
+            for r in group if rep % 2 == 0 else group[::-1]:
+                a = r["_adapter"]
+                a.n_threads = threads
+                c, t = time.thread_time(), time.perf_counter()
+                a.query(q, k, **r["search"])
+                dt, dc = time.perf_counter() - t, time.thread_time() - c
+                b = best[id(r)]
+                b[0], b[1], spent = min(b[0], dt), min(b[1], dc), spent + dt
+            rep += 1
+    for r in group:
+        wall, cpu = best[id(r)]
+        key = str(threads)
+        r["qps"][key] = max(r["qps"].get(key, 0.0), len(q) / wall)
+        if threads == 1:
+            r["qps_cpu_1t"] = max(r["qps_cpu_1t"] or 0.0, len(q) / max(cpu, 1e-9))
 
 
-def _latencies(adapter, q, k, sp) -> np.ndarray:
-    """(wall, CPU) seconds of one-query-at-a-time calls at one thread: array (2, len(q))."""
-    adapter.n_threads = 1
-    out = np.empty((2, len(q)))
+def _time_latency(group: list[dict], q, k) -> None:
+    """One query per call at one thread, alternating the members of ``group`` query by query;
+    keeps each query's best (wall, CPU) seconds across rounds in ``run["_lat"]`` (2, len(q))."""
+    lat = {id(r): np.empty((2, len(q))) for r in group}
     with thread_limit(1), _quiet_gc():
+        for r in group:
+            r["_adapter"].n_threads = 1
         for i in range(len(q)):
             qi = q[i : i + 1]
-            c, t = time.thread_time(), time.perf_counter()
-            adapter.query(qi, k, **sp)
-            out[0, i], out[1, i] = time.perf_counter() - t, time.thread_time() - c
-    return out
+            for r in group if i % 2 == 0 else group[::-1]:
+                c, t = time.thread_time(), time.perf_counter()
+                r["_adapter"].query(qi, k, **r["search"])
+                lat[id(r)][:, i] = time.perf_counter() - t, time.thread_time() - c
+    for r in group:
+        np.minimum(r["_lat"], lat[id(r)], out=r["_lat"])
+        r["latency"], r["latency_cpu"] = map(latency_stats, r["_lat"])
 
 
 def _environment() -> dict[str, Any]:
@@ -291,24 +312,19 @@ def run(
     env = _environment()
     save()
 
-    # timing rounds: settings that share search parameters (peers at the same ef, say) run back
-    # to back, and the order flips every round, so compared peers share the machine's noise
-    order = sorted(
-        runs, key=lambda r: (json.dumps(r["search"], sort_keys=True), _params(r["build"]))
-    )
-    total = timing["rounds"] * len(runs)
-    with tqdm(total=total, desc="sweep", disable=not progress) as bar:
+    # timing rounds over groups of runs sharing a search setting (peers at the same ef, say),
+    # measured call by call in alternation; the group order flips every round
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(json.dumps(r["search"], sort_keys=True), []).append(r)
+    group_list = [groups[key] for key in sorted(groups)]
+    with tqdm(total=timing["rounds"] * len(runs), desc="sweep", disable=not progress) as bar:
         for rnd in range(timing["rounds"]):
-            for r in order if rnd % 2 == 0 else order[::-1]:
-                a, sp = r["_adapter"], r["search"]
+            for group in group_list if rnd % 2 == 0 else group_list[::-1]:
                 for n in threads:
-                    wall, cpu = _batch_seconds(a, q, k, sp, n, timing["min_seconds"])
-                    r["qps"][str(n)] = max(r["qps"].get(str(n), 0.0), len(q) / wall)
-                    if n == 1:
-                        r["qps_cpu_1t"] = max(r["qps_cpu_1t"] or 0.0, len(q) / max(cpu, 1e-9))
-                np.minimum(r["_lat"], _latencies(a, q_lat, k, sp), out=r["_lat"])
-                r["latency"], r["latency_cpu"] = map(latency_stats, r["_lat"])
-                bar.update()
+                    _time_batches(group, q, k, n, timing["min_seconds"])
+                _time_latency(group, q_lat, k)
+                bar.update(len(group))
             save()
     log.info("results in %s (%.1f s)", out / RESULTS_FILE, time.perf_counter() - t0)
     report(out)
