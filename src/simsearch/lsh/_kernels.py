@@ -62,23 +62,22 @@ def hash_query(q, projT):
 
 
 @njit(cache=True, inline="always")
-def _worse(s1, i1, s2, i2, ids):
-    """Item at position i1 with score s1 ranks below (s2, i2): lower score, or equal score and
-    larger id (ids is read only on ties: a probed item costs no extra random memory access)."""
-    return s1 < s2 or (s1 == s2 and ids[i1] > ids[i2])
+def _worse(s1, i1, s2, i2):
+    """(s1, i1) ranks below (s2, i2): lower score, or equal score and larger id."""
+    return s1 < s2 or (s1 == s2 and i1 > i2)
 
 
 @njit(cache=True)
-def _heap_push(hs, hi, cnt, s, i, ids):
-    """Keep the best len(hs) (score, item position) pairs in a min-heap whose root is the worst;
-    returns the new count."""
+def _heap_push(hs, hi, cnt, s, i):
+    """Keep the best len(hs) (score, id) pairs in a min-heap whose root is the worst; returns
+    the new count."""
     k = hs.shape[0]
     if cnt < k:
         pos = cnt
         cnt += 1
         while pos > 0:
             par = (pos - 1) >> 1
-            if _worse(s, i, hs[par], hi[par], ids):
+            if _worse(s, i, hs[par], hi[par]):
                 hs[pos] = hs[par]
                 hi[pos] = hi[par]
                 pos = par
@@ -87,16 +86,16 @@ def _heap_push(hs, hi, cnt, s, i, ids):
         hs[pos] = s
         hi[pos] = i
         return cnt
-    if not _worse(hs[0], hi[0], s, i, ids):
+    if not _worse(hs[0], hi[0], s, i):
         return cnt
     pos = 0
     while True:
         c = 2 * pos + 1
         if c >= k:
             break
-        if c + 1 < k and _worse(hs[c + 1], hi[c + 1], hs[c], hi[c], ids):
+        if c + 1 < k and _worse(hs[c + 1], hi[c + 1], hs[c], hi[c]):
             c += 1
-        if _worse(hs[c], hi[c], s, i, ids):
+        if _worse(hs[c], hi[c], s, i):
             hs[pos] = hs[c]
             hi[pos] = hi[c]
             pos = c
@@ -163,7 +162,8 @@ def search_one(
                 s = np.float32(0.0)
                 for j in range(d):
                     s += q[j] * xs[it, j]
-                cnt = _heap_push(out_s, out_i, cnt, s, it, ids)
+                if cnt < k or s >= out_s[0]:  # most items lose to the heap's root: no call
+                    cnt = _heap_push(out_s, out_i, cnt, s, ids[it])
             probed += bstart[b + 1] - bstart[b]
             if probed >= n_probe:
                 break
@@ -171,7 +171,7 @@ def search_one(
             break
     # heap -> best first, ties by smaller id (stable sorts: by id, then by score)
     hs = out_s[:cnt].copy()
-    hi = ids[out_i[:cnt]]  # heap positions -> ids
+    hi = out_i[:cnt].copy()
     o1 = np.argsort(hi, kind="mergesort")
     hs = hs[o1]
     hi = hi[o1]
