@@ -21,30 +21,27 @@ class _EfGate:
 
     def __init__(self, index: hnswlib.Index):
         self._index = index
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._active = 0
+        self._waiting = 0
         self._ef = -1
 
-    def __call__(self, ef: int):
-        gate = self
+    def enter(self, ef: int) -> None:
+        with self._cond:
+            while self._active and self._ef != ef:
+                self._waiting += 1
+                self._cond.wait()
+                self._waiting -= 1
+            if self._ef != ef:
+                self._index.set_ef(ef)
+                self._ef = ef
+            self._active += 1
 
-        class _Ctx:
-            def __enter__(self):
-                with gate._cond:
-                    while gate._active and gate._ef != ef:
-                        gate._cond.wait()
-                    if gate._ef != ef:
-                        gate._index.set_ef(ef)
-                        gate._ef = ef
-                    gate._active += 1
-
-            def __exit__(self, *exc):
-                with gate._cond:
-                    gate._active -= 1
-                    if not gate._active:
-                        gate._cond.notify_all()
-
-        return _Ctx()
+    def exit(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if not self._active and self._waiting:
+                self._cond.notify_all()
 
 
 @register("hnsw")
@@ -110,15 +107,18 @@ class HNSWIndex(Index):
         self, q: np.ndarray, k: int, ef: int | None = None, n_threads: int = 1
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
-        n_threads = check_int("n_threads", n_threads, -1, 1024)
+        if n_threads != 1:
+            n_threads = check_int("n_threads", n_threads, -1, 1024)
         kk = min(k, len(self))
-        with self._gate(ef):
-            try:
-                labels, dist = self._hnsw.knn_query(q, k=kk, num_threads=n_threads)
-            except RuntimeError:
-                # hnswlib raises when it finds fewer than k live items (many deletions); retry
-                # one query at a time with a shrinking k and pad.
-                return self._search_padded(q, k, kk, n_threads)
+        self._gate.enter(ef)
+        try:
+            labels, dist = self._hnsw.knn_query(q, k=kk, num_threads=n_threads)
+        except RuntimeError:
+            # hnswlib raises when it finds fewer than k live items (many deletions); retry
+            # one query at a time with a shrinking k and pad.
+            return self._search_padded(q, k, kk, n_threads)
+        finally:
+            self._gate.exit()
         return self._to_result(labels, dist, k)
 
     def _search_padded(self, q, k, kk, n_threads) -> SearchResult:
@@ -137,6 +137,10 @@ class HNSWIndex(Index):
 
     def _to_result(self, labels: np.ndarray, dist: np.ndarray, k: int) -> SearchResult:
         nq, kk = labels.shape
+        if kk == k:  # the common case: no padding
+            ids = labels.astype(np.int64)
+            scores = dist if self.metric == "l2" else 1.0 - dist
+            return SearchResult(ids, scores.astype(np.float32, copy=False))
         ids = np.full((nq, k), -1, np.int64)
         ids[:, :kk] = labels.astype(np.int64)
         if self.metric == "l2":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import math
 import numbers
 import os
 import struct
@@ -81,6 +82,8 @@ def check_metric(metric: str, allowed: tuple[str, ...] = METRICS) -> str:
 
 def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     """An integer parameter in [lo, hi]."""
+    if type(value) is int and value >= lo and (hi is None or value <= hi):
+        return value  # fast path: search parameters are checked on every call
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidParameterError(
             f"{name} must be an integer; got {value!r} of type {type(value).__name__}"
@@ -99,6 +102,12 @@ def check_k(k: Any) -> int:
 def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors") -> np.ndarray:
     """Convert to C-contiguous float32 (n, dim), checking shape, finiteness and (for cosine)
     non-zero norm over the whole batch. A 1-D input of length ``dim`` becomes one row."""
+    if (
+        type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2 and x.shape[1] == dim
+        and x.flags.c_contiguous and metric != "cosine"
+        and math.isfinite(x.sum(dtype=np.float64))  # exact: a float64 sum of float32 can't overflow
+    ):
+        return x  # fast path for the common, already well-formed batch
     try:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
@@ -308,8 +317,8 @@ class Index:
     def search(self, q: Any, k: int, **params: Any) -> SearchResult:
         """Top-k for each query row. q (nq, dim) or (dim,). Per-call parameters: see the class."""
         k = check_k(k)
-        unknown = set(params) - self.search_params
-        if unknown:
+        if params and not self.search_params.issuperset(params):
+            unknown = set(params) - self.search_params
             raise InvalidParameterError(
                 f"unknown search parameter(s) {sorted(unknown)} for {type(self).__name__}; "
                 f"allowed: {sorted(self.search_params)}"
