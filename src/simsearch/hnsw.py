@@ -137,10 +137,8 @@ class HNSWIndex(Index):
 
     def _to_result(self, labels: np.ndarray, dist: np.ndarray, k: int) -> SearchResult:
         nq, kk = labels.shape
-        if kk == k:  # the common case: no padding
-            ids = labels.astype(np.int64)
-            scores = dist if self.metric == "l2" else 1.0 - dist
-            return SearchResult(ids, scores.astype(np.float32, copy=False))
+        if kk == k:  # the common case: no padding; labels are uint64 ids < 2**63
+            return SearchResult(labels.view(np.int64), dist if self.metric == "l2" else 1.0 - dist)
         ids = np.full((nq, k), -1, np.int64)
         ids[:, :kk] = labels.astype(np.int64)
         if self.metric == "l2":

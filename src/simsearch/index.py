@@ -42,7 +42,7 @@ MAX_K = 100_000
 # results
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SearchResult:
     """Top-k answers, best first. ``ids`` int64 (nq, k), -1 where fewer than k results exist.
     ``scores`` float32 (nq, k): inner product ("ip"), cosine similarity ("cosine") or squared L2
