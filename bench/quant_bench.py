@@ -202,6 +202,14 @@ def main(argv=None):
         train_idx = np.sort(rng.choice(len(xb), min(len(xb), args.train_n), replace=False))
         xt = np.ascontiguousarray(xb[train_idx])
         log.info("%s: %d x %d, %d queries, train sample %d", ds.name, *xb.shape, len(xq), len(xt))
+        tag = args.tag or f"{args.dataset}-{len(xb)}x{xb.shape[1]}"
+        path = RESULTS / f"{tag}.json"
+
+        def save(rows, qps):
+            doc = {"args": vars(args), "n": len(xb), "dim": xb.shape[1], "train_n": len(xt),
+                   "nq": len(xq), "rows": rows, "qps": qps}  # fmt: skip
+            path.write_text(json.dumps(doc, indent=1))
+
         rows = []
         for base_kind in args.bases:
             xbb, gtb = xb, gt
@@ -213,11 +221,9 @@ def main(argv=None):
                 for rec in run_pair(base_kind, M, xbb, xq, xt, gtb, args, max(TS)):
                     rec["n"] = len(xbb)
                     rows.append(rec)
+                save(rows, [])  # partial results survive an interrupted run
         qps = [scan_qps(xb, xq, xt, M, args) for M in args.codebooks] if args.qps else []
-    tag = args.tag or f"{args.dataset}-{len(xb)}x{xb.shape[1]}"
-    path = RESULTS / f"{tag}.json"
-    path.write_text(json.dumps({"args": vars(args), "n": len(xb), "dim": xb.shape[1],
-                                "rows": rows, "qps": qps}, indent=1))  # fmt: skip
+        save(rows, qps)
     print(f"## {tag} (n={len(xb)}, dim={xb.shape[1]}, nq={len(xq)}, train={len(xt)})\n")
     for k in (20, 10):
         print(f"recall@{k} within top T\n")
