@@ -14,9 +14,50 @@ needs clearing between queries. Every search returns its number of distance comp
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 TAG_LIMIT = 2**31 - 8  # a visited array is zeroed when its tag would pass this
+
+
+@intrinsic
+def _prefetch(typingctx, arr, i, j):
+    """Hint the CPU to bring the cache line holding arr[i, j] (2-D) or arr[i] (1-D, j unused)
+    into cache, as hnswlib does with the next neighbour's vector and visited mark."""
+    if not (isinstance(arr, types.Array) and arr.ndim in (1, 2)
+            and isinstance(i, types.Integer) and isinstance(j, types.Integer)):  # fmt: skip
+        return None
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        inds = [context.cast(builder, args[1], sig.args[1], types.intp)]
+        if aryty.ndim == 2:
+            inds.append(context.cast(builder, args[2], sig.args[2], types.intp))
+        ptr = cgutils.get_item_pointer2(
+            context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
+            strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout, inds=inds,
+            wraparound=False, boundscheck=False,
+        )
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read, high temporal locality, data cache
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])  # fmt: skip
+        return context.get_dummy_value()
+
+    return types.void(arr, i, j), codegen
+
+
+@njit(cache=True, inline="always")
+def _prefetch_item(xb, visited, u):
+    """Prefetch item u's vector (every cache line of it) and its visited mark."""
+    _prefetch(visited, u, 0)
+    for c in range(0, xb.shape[1], 16):
+        _prefetch(xb, u, c)
 
 
 @njit(cache=True, fastmath=True, inline="always")
@@ -62,21 +103,31 @@ def _score(xb, scale, use_scale, q, u):
 
 @njit(cache=True, fastmath=True)
 def _expand(xb, scale, use_scale, links, degree, q, node, visited, tag,
-            pool_ids, pool_scores, pool_done, size, cap, cur):  # fmt: skip
-    """Score the unvisited neighbours of ``node`` into the pool. Returns (size, cur, ndis)
-    where cur is lowered when a neighbour lands before it."""
-    ndis = 0
-    for t in range(degree[node]):
-        u = links[node, t]
-        if visited[u] == tag:
-            continue
-        visited[u] = tag
+            pool_ids, pool_scores, pool_done, size, cap, cur, fresh):  # fmt: skip
+    """Score the unvisited neighbours of ``node`` into the pool (``fresh``: int32 scratch of
+    links.shape[1]). Returns (size, cur, ndis) where cur is lowered when a neighbour lands
+    before it."""
+    d = degree[node]
+    row = links[node]
+    for t in range(d):  # visited marks first: they are small and often cached
+        _prefetch(visited, row[t], 0)
+    nf = 0
+    for t in range(d):
+        u = row[t]
+        if visited[u] != tag:
+            visited[u] = tag
+            fresh[nf] = u
+            nf += 1
+            # fetch every new neighbour's vector before scoring any: the loads overlap
+            for c in range(0, xb.shape[1], 16):
+                _prefetch(xb, u, c)
+    for t in range(nf):
+        u = fresh[t]
         s = _score(xb, scale, use_scale, q, u)
-        ndis += 1
         size, pos = pool_insert(pool_ids, pool_scores, pool_done, size, cap, u, s)
         if pos >= 0 and pos < cur:
             cur = pos
-    return size, cur, ndis
+    return size, cur, nf
 
 
 @njit(cache=True, fastmath=True)
@@ -86,6 +137,7 @@ def _best_first(xb, scale, use_scale, links, degree, q, visited, tag,
     (size, ndis)."""
     ndis = 0
     cur = 0
+    fresh = np.empty(links.shape[1], np.int32)
     while True:
         while cur < size and pool_done[cur]:
             cur += 1
@@ -94,7 +146,8 @@ def _best_first(xb, scale, use_scale, links, degree, q, visited, tag,
         pool_done[cur] = True
         node = pool_ids[cur]
         size, cur, nd = _expand(xb, scale, use_scale, links, degree, q, node, visited, tag,
-                                pool_ids, pool_scores, pool_done, size, cap, cur)  # fmt: skip
+                                pool_ids, pool_scores, pool_done, size, cap, cur,
+                                fresh)  # fmt: skip
         ndis += nd
     return size, ndis
 
@@ -118,12 +171,14 @@ def seeded_search(xb, links, degree, q, seeds, n_seeds, ef, visited, tag,
         if pos >= 0:
             pool_done[pos] = True  # expanded just below
     cur = 0
+    fresh = np.empty(links.shape[1], np.int32)
     for a in range(n_seeds):
         s = seeds[a]
         if s < 0:
             continue
         size, cur, nd = _expand(xb, scale, False, links, degree, q, s, visited, tag,
-                                pool_ids, pool_scores, pool_done, size, ef, cur)  # fmt: skip
+                                pool_ids, pool_scores, pool_done, size, ef, cur,
+                                fresh)  # fmt: skip
         ndis += nd
     size, nd = _best_first(xb, scale, False, links, degree, q, visited, tag,
                            pool_ids, pool_scores, pool_done, size, ef)  # fmt: skip
@@ -147,6 +202,8 @@ def hnsw_search(xb, scale, use_scale, links0, degree0, upper_links, upper_degree
         while changed:
             changed = False
             row = upper_start[cur_node] + level - 1
+            for t in range(upper_degree[row]):
+                _prefetch(xb, upper_links[row, t], 0)
             for t in range(upper_degree[row]):
                 u = upper_links[row, t]
                 s = _score(xb, scale, use_scale, q, u)
