@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_serve_parser(sub)
+    try:  # `simsearch cluster` needs the service extra (grpcio) too
+        from .pyramid.cluster import add_cluster_parser
+    except ImportError:
+        pass
+    else:
+        add_cluster_parser(sub)
     return p
 
 

@@ -7,11 +7,11 @@ Large-scale Datasets" (IEEE Big Data 2019).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,16 +39,19 @@ _FORBIDDEN_SUB = {"pyramid"}
 _MIPS_CHUNK = 4096
 
 
-@dataclass(frozen=True)
 class CoveredSearchResult(SearchResult):
     """A SearchResult that may be partial: ``coverage`` is the fraction of (query, part) requests
     answered; 1.0 means complete."""
 
-    coverage: float = 1.0
+    def __init__(self, ids: np.ndarray, scores: np.ndarray, coverage: float = 1.0):
+        super().__init__(ids, scores)
+        object.__setattr__(self, "coverage", float(coverage))  # works if the base is frozen
 
 
 class PartUnavailableError(SimsearchError, RuntimeError):
     """No replica of a part answered (in time)."""
+
+    grpc_code = "UNAVAILABLE"  # how a coordinator reports it (simsearch.service.errors)
 
 
 # A factory making the parts of a PyramidIndex: called with (index, n_parts) and returning a
@@ -206,6 +209,8 @@ class PyramidIndex(Index):
         self._topr_ids: np.ndarray | None = None  # (m, r) MIPS lists, -1 padded
         self._topr_scores: np.ndarray | None = None
         self._pool: ThreadPoolExecutor | None = None
+        #: names the parts' collections when they are remote (the coordinator sets it)
+        self.part_prefix: str | None = None
 
     # -- properties -------------------------------------------------------------------------
 
@@ -385,8 +390,9 @@ class PyramidIndex(Index):
         if self._pool is None or len(jobs) <= 1:
             for job in jobs:
                 run(job)
-        else:
-            for f in [self._pool.submit(run, j) for j in jobs]:
+        else:  # context copied: remote parts read the caller's deadline from a ContextVar
+            futs = [self._pool.submit(contextvars.copy_context().run, run, j) for j in jobs]
+            for f in futs:
                 f.result()
 
     def _remove(self, ids: np.ndarray) -> None:
@@ -455,7 +461,7 @@ class PyramidIndex(Index):
                 except PartUnavailableError as exc:
                     results.append(exc)
         else:
-            futs = [self._pool.submit(one, j) for j in jobs]
+            futs = [self._pool.submit(contextvars.copy_context().run, one, j) for j in jobs]
             results = []
             for f in futs:
                 try:
@@ -499,6 +505,7 @@ class PyramidIndex(Index):
         arrays.update({f"meta.{k}": v for k, v in ma.items()})
         arrays["meta.__ids__"] = self.meta._idset.sorted
         meta["remote"] = _parts_factory is not None
+        meta["part_prefix"] = self.part_prefix
         subs = []
         if not meta["remote"]:
             for j, part in enumerate(self.parts):
@@ -512,6 +519,7 @@ class PyramidIndex(Index):
     def _set_state(self, meta, arrays):
         if not meta["trained"]:
             return
+        self.part_prefix = meta.get("part_prefix")
         self.meta = HNSWIndex(self.dim, "ip" if self.spherical else "l2",
                               M=self._params["meta_M"], ef_construction=200,
                               seed=self._params["seed"], n_threads=1)

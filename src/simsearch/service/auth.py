@@ -21,7 +21,8 @@ READ_ONLY, READ_WRITE = "read-only", "read-write"
 _SERVICE = "/simsearch.v1.SimSearch/"
 WRITE_METHODS = frozenset(
     _SERVICE + m
-    for m in ("CreateCollection", "DropCollection", "Train", "Add", "Remove", "Snapshot")
+    for m in ("CreateCollection", "DropCollection", "Train", "Add", "Remove", "Snapshot",
+              "ImportCollection")
 )
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 

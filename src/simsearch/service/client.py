@@ -185,6 +185,38 @@ class Client:
         r = self._call("ListCollections", self._pb.ListCollectionsRequest())
         return [c.name for c in r.collections]
 
+    def export_collection(self, name: str) -> tuple[dict[str, Any], bytes]:
+        """A collection's config and snapshot bytes (the server snapshots it first)."""
+        import json
+
+        config, parts = None, []
+        try:
+            for chunk in self._stub.ExportCollection(
+                self._pb.CollectionRequest(name=name), timeout=self.timeout,
+                metadata=self._metadata,
+            ):
+                if config is None:
+                    config = json.loads(chunk.config_json)
+                parts.append(chunk.data)
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        return config, b"".join(parts)
+
+    def import_collection(self, name: str, config: dict[str, Any], data: bytes) -> RemoteCollection:
+        """Install (or replace) a collection from :meth:`export_collection`'s output."""
+        import json
+
+        step = max(1, self.max_message_bytes - _REQUEST_OVERHEAD)
+        chunks = [self._pb.SnapshotChunk(collection=name, config_json=json.dumps(config))]
+        chunks += [self._pb.SnapshotChunk(data=data[i : i + step])
+                   for i in range(0, len(data), step)]
+        try:
+            info = self._stub.ImportCollection(iter(chunks), timeout=self.timeout,
+                                               metadata=self._metadata)
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        return RemoteCollection(self, info)
+
 
 class RemoteCollection:
     """A collection on a node, with the Index contract's surface. Searches may run
@@ -276,7 +308,7 @@ class RemoteCollection:
         c = self._client
         pj = c._convert.dump_params(params)
         step = self._rows_per_call(max(self.dim * 4, k * c._convert.RESULT_BYTES))
-        ids, scores = [], []
+        ids, scores, parts = [], [], []
         for start in range(0, max(1, q.shape[0]), step):
             resp = c._call(
                 "Search",
@@ -290,11 +322,20 @@ class RemoteCollection:
             r = c._convert.from_search_response(resp)
             ids.append(r.ids)
             scores.append(r.scores)
+            parts.append(r)
         if len(ids) == 1:
-            return SearchResult(ids[0], scores[0])
+            return parts[0]  # keeps a partial result's coverage (Pyramid coordinators)
+        coverage = [getattr(r, "coverage", 1.0) for r in parts]
+        if min(coverage) < 1.0:
+            from ..pyramid.index import CoveredSearchResult
+
+            n = np.array([len(r.ids) for r in parts])
+            return CoveredSearchResult(np.concatenate(ids), np.concatenate(scores),
+                                       coverage=float(np.dot(n, coverage) / n.sum()))
         return SearchResult(np.concatenate(ids), np.concatenate(scores))
 
-    def remove(self, ids: Any) -> int:
+    def remove(self, ids: Any, missing_ok: bool = False) -> int:
+        """Remove ids; with ``missing_ok`` ids that are not stored are skipped."""
         ids = as_id_array(ids)
         if np.unique(ids).size != ids.size:
             raise DuplicateIdError("ids to remove must be unique")
@@ -302,7 +343,8 @@ class RemoteCollection:
         step = self._rows_per_call(_ID_BYTES)
         n = 0
         for start in range(0, max(1, ids.size), step):
-            req = c._pb.RemoveRequest(collection=self.name, ids=ids[start : start + step].tolist())
+            req = c._pb.RemoveRequest(collection=self.name, ids=ids[start : start + step].tolist(),
+                                      missing_ok=missing_ok)
             n += int(c._call("Remove", req).removed)
         return n
 

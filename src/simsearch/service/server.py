@@ -66,10 +66,12 @@ def create_server(
     max_concurrent_rpcs: int | None = 64,
     workers: int = 8,
     snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
+    store: Store | None = None,
 ) -> RunningServer:
     """Open the store under ``data_dir`` (replaying logs), bind and start. Returns the running
     server and the port it bound."""
-    store = Store(data_dir, snapshot_wal_bytes=snapshot_wal_bytes)
+    if store is None:  # a caller may bring its own (the Pyramid coordinator does)
+        store = Store(data_dir, snapshot_wal_bytes=snapshot_wal_bytes)
     servicer = SimSearchServicer(store, max_message_bytes)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),

@@ -17,7 +17,7 @@ import grpc
 import numpy as np
 
 from .. import __version__
-from ..errors import SimsearchError
+from ..errors import InvalidParameterError, SimsearchError
 from ..index import MAX_K, index_kinds
 from . import convert
 from .errors import ERROR_TYPE_KEY, ResourceExhaustedError, ServiceUnavailableError, code_for
@@ -151,7 +151,8 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def Remove(self, request, context, deadline):
         col = self.store.get(request.collection)
-        n = col.remove(np.asarray(request.ids, dtype=np.int64), deadline=deadline)
+        n = col.remove(np.asarray(request.ids, dtype=np.int64), deadline=deadline,
+                       missing_ok=request.missing_ok)
         return pb.RemoveResponse(removed=n)
 
     @_rpc
@@ -169,6 +170,24 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                     "per call (the Python client splits batches for you)"
                 )
         return convert.to_search_response(col.search(q, k, params, deadline=deadline))
+
+    @_rpc
+    def ExportCollection(self, request, context, deadline):
+        col = self.store.get(request.name)
+        data = col.export_bytes(deadline=deadline)
+        step = max(1, self.max_message_bytes - _RESPONSE_OVERHEAD)
+        chunks = [pb.SnapshotChunk(collection=col.name, config_json=json.dumps(col.config))]
+        chunks += [pb.SnapshotChunk(data=data[i : i + step]) for i in range(0, len(data), step)]
+        return iter(chunks)
+
+    @_rpc
+    def ImportCollection(self, request_iterator, context, deadline):
+        first = next(request_iterator, None)
+        if first is None or not first.collection:
+            raise InvalidParameterError("the first chunk must name the collection")
+        config = convert.load_params(first.config_json, "config_json")
+        data = b"".join([first.data, *(c.data for c in request_iterator)])
+        return _info(self.store.import_collection(first.collection, config, data))
 
     @_rpc
     def Snapshot(self, request, context, deadline):

@@ -305,10 +305,12 @@ class Collection:
                 self._log(op, {"n": int(x.shape[0])}, (x.tobytes(), ids.tobytes()))
             return ids
 
-    def remove(self, ids: Any, deadline: float | None = None) -> int:
+    def remove(self, ids: Any, deadline: float | None = None, missing_ok: bool = False) -> int:
         with self._write(deadline) as index:
             ids = as_id_array(ids)
             _check_unique(ids, "ids to remove must be unique")
+            if missing_ok:
+                ids = ids[index._idset.contains(ids)]
             with self._rw.write():
                 n = index.remove(ids)
             if n:
@@ -342,6 +344,12 @@ class Collection:
         fsync_dir(self.path)
         log.info("collection %s: snapshot generation %d (%d items)", self.name, g, len(self.index))
 
+    def export_bytes(self, deadline: float | None = None) -> bytes:
+        """Snapshot, then return the snapshot file's bytes (for copying to another node)."""
+        with self._write(deadline):
+            self._snapshot_locked()
+            return (self.path / f"snapshot-{self.generation}.idx").read_bytes()
+
     def close(self) -> None:
         with self._writer:
             if self._wal is not None:
@@ -350,6 +358,8 @@ class Collection:
 
 class Store:
     """The collections under one data directory."""
+
+    collection_class = Collection
 
     def __init__(
         self, data_dir: str | os.PathLike, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES
@@ -364,7 +374,7 @@ class Store:
             if entry.startswith("."):  # an interrupted create or drop
                 shutil.rmtree(path, ignore_errors=True)
             elif (path / "collection.json").exists():
-                self._collections[entry] = Collection(entry, path, snapshot_wal_bytes)
+                self._collections[entry] = self.collection_class(entry, path, snapshot_wal_bytes)
 
     def get(self, name: str) -> Collection:
         try:
@@ -396,7 +406,41 @@ class Store:
             fsync_dir(tmp)
             os.rename(tmp, self.root / name)
             fsync_dir(self.root)
-            col = Collection(name, self.root / name, self.snapshot_wal_bytes)
+            col = self.collection_class(name, self.root / name, self.snapshot_wal_bytes)
+            self._collections[name] = col
+            return col
+
+    def import_collection(self, name: str, config: dict, data: bytes) -> Collection:
+        """Install a collection from another node's snapshot bytes, replacing one of that name.
+        The file is verified (checksum) before anything is replaced."""
+        check_name(name)
+        with self._lock:
+            tmp = self.root / f".import-{uuid.uuid4().hex}"
+            tmp.mkdir()
+            try:
+                with open(tmp / "collection.json", "w") as f:
+                    json.dump(config, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                snap = tmp / "snapshot-1.idx"
+                with open(snap, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                load(snap)  # CorruptIndexError before the old copy is touched
+                fsync_dir(tmp)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            old = self._collections.pop(name, None)
+            if old is not None:
+                old.close()
+                trash = self.root / f".drop-{uuid.uuid4().hex}"
+                os.rename(old.path, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.rename(tmp, self.root / name)
+            fsync_dir(self.root)
+            col = self.collection_class(name, self.root / name, self.snapshot_wal_bytes)
             self._collections[name] = col
             return col
 

@@ -107,12 +107,14 @@ class AddResponse(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RemoveRequest(_message.Message):
-    __slots__ = ("collection", "ids")
+    __slots__ = ("collection", "ids", "missing_ok")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_OK_FIELD_NUMBER: _ClassVar[int]
     collection: str
     ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    missing_ok: bool
+    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., missing_ok: _Optional[bool] = ...) -> None: ...
 
 class RemoveResponse(_message.Message):
     __slots__ = ("removed",)
@@ -133,16 +135,28 @@ class SearchRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., queries: _Optional[_Union[Matrix, _Mapping]] = ..., k: _Optional[int] = ..., params_json: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("rows", "k", "ids", "scores")
+    __slots__ = ("rows", "k", "ids", "scores", "coverage")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
     rows: int
     k: int
     ids: bytes
     scores: bytes
-    def __init__(self, rows: _Optional[int] = ..., k: _Optional[int] = ..., ids: _Optional[bytes] = ..., scores: _Optional[bytes] = ...) -> None: ...
+    coverage: float
+    def __init__(self, rows: _Optional[int] = ..., k: _Optional[int] = ..., ids: _Optional[bytes] = ..., scores: _Optional[bytes] = ..., coverage: _Optional[float] = ...) -> None: ...
+
+class SnapshotChunk(_message.Message):
+    __slots__ = ("collection", "config_json", "data")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    config_json: str
+    data: bytes
+    def __init__(self, collection: _Optional[str] = ..., config_json: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class SnapshotResponse(_message.Message):
     __slots__ = ("count",)

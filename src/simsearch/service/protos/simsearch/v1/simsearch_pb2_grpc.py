@@ -84,6 +84,16 @@ class SimSearchStub:
                 request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
                 response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotResponse.FromString,
                 _registered_method=True)
+        self.ExportCollection = channel.unary_stream(
+                '/simsearch.v1.SimSearch/ExportCollection',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
+                _registered_method=True)
+        self.ImportCollection = channel.stream_unary(
+                '/simsearch.v1.SimSearch/ImportCollection',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionInfo.FromString,
+                _registered_method=True)
 
 
 class SimSearchServicer:
@@ -149,6 +159,19 @@ class SimSearchServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportCollection(self, request, context):
+        """Added for pyramid replica recovery; servers without them answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportCollection(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SimSearchServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +224,16 @@ def add_SimSearchServicer_to_server(servicer, server):
                     servicer.Snapshot,
                     request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.FromString,
                     response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotResponse.SerializeToString,
+            ),
+            'ExportCollection': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportCollection,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
+            ),
+            'ImportCollection': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportCollection,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -473,6 +506,60 @@ class SimSearch:
             '/simsearch.v1.SimSearch/Snapshot',
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/ExportCollection',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportCollection(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/simsearch.v1.SimSearch/ImportCollection',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionInfo.FromString,
             options,
             channel_credentials,
             insecure,

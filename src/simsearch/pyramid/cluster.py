@@ -1,0 +1,641 @@
+"""The Pyramid cluster (design §6): shard servers host parts, coordinators route and merge.
+
+Roles
+    shard server   an ordinary ``simsearch serve`` node; part j of collection C is its
+                   collection ``C.p<j>`` (same WAL, snapshots and durability as any collection).
+    coordinator    a node (same gRPC service, so ``simsearch.connect(coordinator)`` gives the usual
+                   client) whose collections are :class:`PyramidIndex` objects with remote parts:
+                   it keeps the router (centres, meta-HNSW, partition, id -> part, MIPS lists) in
+                   its own store (log + snapshots) and fans searches and writes out to replicas.
+    cluster map    ``<dir>/cluster.json``: shards, replication factor, which replicas are out of
+                   sync, and an epoch bumped on every change. Part j lives on shards
+                   ``(j + i) % n_shards`` for i < replicas, so no two replicas share a server.
+
+Writes go to every in-sync replica of the item's part (and of its MIPS copies' parts), with
+upsert / missing-ok semantics so a replayed write is harmless, and are acknowledged once every
+in-sync replica has logged them; a replica that fails a write is marked out of sync (epoch + 1)
+and gets no reads until it has been re-copied. A health watcher checks every shard; reads skip a
+shard at once when a call to it fails, hedge to another replica after the part's p95 latency
+(bounded to ~10% extra calls) and carry the client's deadline. When a shard comes back, each of
+its parts is checked (present, same count as an in-sync peer) and re-copied from a surviving
+replica (ExportCollection / ImportCollection) under the part's write lock before it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextvars
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SimsearchError
+from ..index import SearchResult
+
+log = logging.getLogger(__name__)
+
+#: the calling request's absolute deadline (time.monotonic()), read by remote parts
+DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+_TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def placement(part: int, n_shards: int, replicas: int) -> list[int]:
+    """Shards holding ``part``: consecutive shards, so no server holds two replicas of a part."""
+    return [(part + i) % n_shards for i in range(replicas)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the shard pool: clients, health, sync state, latency
+
+
+class ShardPool:
+    """Connections to the shard servers of a cluster map, their health and replica state."""
+
+    def __init__(self, cluster_dir: str | os.PathLike, timeout: float = 30.0,
+                 health_interval: float = 0.2, hedge_fraction: float = 0.1):
+        from ..service.client import connect
+
+        self.dir = Path(cluster_dir)
+        self.map_path = self.dir / "cluster.json"
+        self.map = json.loads(self.map_path.read_text())
+        self.n_shards = len(self.map["shards"])
+        self.replicas = int(self.map["replicas"])
+        self.clients = {s["id"]: connect(s["address"], timeout=timeout) for s in self.map["shards"]}
+        self._probes = {s["id"]: connect(s["address"], timeout=max(0.2, health_interval * 2))
+                        for s in self.map["shards"]}
+        self.out_of_sync: dict[str, set[int]] = {
+            k: set(v) for k, v in self.map.get("out_of_sync", {}).items()}
+        self.up = {sid: False for sid in self.clients}
+        self.parts: dict[str, RemotePart] = {}
+        self._lock = threading.RLock()
+        self._lat: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=256))
+        self._hedge_tokens = 5.0
+        self.hedge_fraction = hedge_fraction
+        self.hedges = 0
+        self.executor = ThreadPoolExecutor(64, thread_name_prefix="pyramid-rpc")
+        self.health_interval = health_interval
+        self._stop = threading.Event()
+        self._recovering: set[int] = set()
+        for sid in self.clients:  # first look: serve from whoever is up now
+            self.up[sid] = self._probe(sid)
+        self._watcher = threading.Thread(target=self._watch, name="pyramid-health", daemon=True)
+        self._watcher.start()
+
+    # -- map --------------------------------------------------------------------------------
+
+    def _save_map(self) -> None:
+        with self._lock:
+            self.map["epoch"] = int(self.map.get("epoch", 0)) + 1
+            self.map["out_of_sync"] = {k: sorted(v) for k, v in self.out_of_sync.items() if v}
+            _atomic_json(self.map_path, self.map)
+
+    def mark_out_of_sync(self, name: str, sid: int) -> None:
+        with self._lock:
+            if sid in self.out_of_sync.setdefault(name, set()):
+                return
+            self.out_of_sync[name].add(sid)
+            log.warning("replica of %s on shard %d is out of sync", name, sid)
+            self._save_map()
+
+    def mark_in_sync(self, name: str, sid: int) -> None:
+        with self._lock:
+            self.out_of_sync.get(name, set()).discard(sid)
+            self._save_map()
+
+    def in_sync(self, name: str, sid: int) -> bool:
+        return sid not in self.out_of_sync.get(name, ())
+
+    # -- health -----------------------------------------------------------------------------
+
+    def _probe(self, sid: int) -> bool:
+        try:
+            return self._probes[sid].health() == "SERVING"
+        except Exception:
+            return False
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.health_interval):
+            for sid in list(self.clients):
+                alive = self._probe(sid)
+                if not alive and self.up[sid]:
+                    log.warning("shard %d is down", sid)
+                    self.up[sid] = False
+                elif alive and not self.up[sid] and sid not in self._recovering:
+                    self._recovering.add(sid)
+                    threading.Thread(target=self._recover, args=(sid,), daemon=True).start()
+
+    def mark_down(self, sid: int) -> None:
+        if self.up.get(sid):
+            log.warning("shard %d failed a call; routing around it", sid)
+            self.up[sid] = False
+
+    def _recover(self, sid: int) -> None:
+        """A shard is back: check each of its parts, re-copy the stale ones, then serve."""
+        try:
+            for part in list(self.parts.values()):
+                if sid in part.shards:
+                    part.catch_up(sid)
+            self.up[sid] = True
+            log.warning("shard %d is serving again", sid)
+        except Exception as exc:
+            log.warning("shard %d could not catch up yet (%s); will retry", sid, exc)
+        finally:
+            self._recovering.discard(sid)
+
+    def serving(self, part: RemotePart) -> list[int]:
+        return [s for s in part.shards if self.up.get(s) and self.in_sync(part.name, s)]
+
+    # -- latency and hedging ----------------------------------------------------------------
+
+    def record(self, name: str, seconds: float) -> None:
+        self._lat[name].append(seconds)
+        with self._lock:  # every primary call earns a fraction of a hedge
+            self._hedge_tokens = min(10.0, self._hedge_tokens + self.hedge_fraction)
+
+    def hedge_delay(self, name: str) -> float:
+        lat = self._lat[name]
+        if len(lat) < 20:
+            return 0.05
+        return max(0.002, float(np.percentile(np.fromiter(lat, float), 95)))
+
+    def take_hedge(self) -> bool:
+        with self._lock:
+            if self._hedge_tokens >= 1.0:
+                self._hedge_tokens -= 1.0
+                self.hedges += 1
+                return True
+            return False
+
+    def close(self) -> None:
+        self._stop.set()
+        for c in (*self.clients.values(), *self._probes.values()):
+            c.close()
+
+    # -- parts ------------------------------------------------------------------------------
+
+    def make_parts(self, index, n_parts: int) -> list[RemotePart]:
+        """The parts factory handed to PyramidIndex (see set_parts_factory)."""
+        if index.part_prefix is None:
+            raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
+        out = []
+        for j in range(n_parts):
+            name = f"{index.part_prefix}.p{j}"
+            part = RemotePart(self, name, placement(j, self.n_shards, self.replicas), {
+                "dim": index.dim, "metric": index.metric, "kind": index._params["sub_index"],
+                "params": index.sub_params})
+            self.parts[name] = part
+            out.append(part)
+        for part in out:
+            part.ensure()
+        return out
+
+
+def _code(err) -> str:
+    return err.code().name if err.code() is not None else "UNKNOWN"
+
+
+class RemotePart:
+    """One part on its replicas, with the Index surface PyramidIndex uses."""
+
+    def __init__(self, pool: ShardPool, name: str, shards: list[int], config: dict):
+        self.pool, self.name, self.shards, self.config = pool, name, shards, config
+        self.write_lock = threading.Lock()
+        self._rr = 0
+
+    def ensure(self) -> None:
+        """Create the part's collection on every replica that lacks it."""
+        from ..service.errors import CollectionExistsError
+
+        c = self.config
+        for sid in self.shards:
+            try:
+                self.pool.clients[sid].create_collection(self.name, c["dim"], c["metric"],
+                                                         c["kind"], **c["params"])
+            except CollectionExistsError:
+                pass
+            except Exception as exc:
+                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)
+                self.pool.mark_out_of_sync(self.name, sid)
+
+    def _col(self, sid: int):
+        from ..service.client import RemoteCollection
+
+        pb = self.pool.clients[sid]._pb
+        c = self.config
+        return RemoteCollection(self.pool.clients[sid], pb.CollectionInfo(
+            name=self.name, dim=c["dim"], metric=c["metric"], kind=c["kind"]))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _write_all(self, fn) -> None:
+        from ..service.errors import ServiceError, ServiceUnavailableError
+
+        with self.write_lock:
+            targets = [s for s in self.shards if self.pool.in_sync(self.name, s)]
+            futs = {s: self.pool.executor.submit(fn, self._col(s)) for s in targets}
+            ok = 0
+            for s, f in futs.items():
+                try:
+                    f.result()
+                    ok += 1
+                except ServiceError as exc:
+                    if exc.code not in _TRANSIENT:
+                        raise
+                    self.pool.mark_down(s)
+                    self.pool.mark_out_of_sync(self.name, s)
+            if not ok:
+                raise ServiceUnavailableError(
+                    f"no in-sync replica of part {self.name} took the write; retry later")
+
+    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        self._write_all(lambda col: col.add(x, ids, upsert=True))
+
+    def remove(self, ids: np.ndarray) -> None:
+        self._write_all(lambda col: col.remove(ids, missing_ok=True))
+
+    def __len__(self) -> int:
+        for s in self.pool.serving(self):
+            return len(self._col(s))
+        return 0
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
+        from ..service import convert
+        from .index import PartUnavailableError
+
+        pool = self.pool
+        cands = pool.serving(self)
+        if not cands:
+            raise PartUnavailableError(f"no in-sync replica of {self.name} is up")
+        self._rr += 1
+        cands = cands[self._rr % len(cands):] + cands[: self._rr % len(cands)]
+        deadline = DEADLINE.get()
+        pj = convert.dump_params(params)
+        done = threading.Event()
+        box: list = []
+        lock = threading.Lock()
+
+        def call(sid: int, hedge: bool):
+            cli = pool.clients[sid]
+            timeout = cli.timeout if deadline is None else max(0.001, deadline - time.monotonic())
+            t0 = time.monotonic()
+            try:
+                resp = cli._stub.Search(cli._pb.SearchRequest(
+                    collection=self.name, queries=convert.to_matrix(q), k=k, params_json=pj),
+                    timeout=timeout, metadata=cli._metadata)
+                if not hedge:
+                    pool.record(self.name, time.monotonic() - t0)
+                out = convert.from_search_response(resp)
+            except Exception as exc:  # grpc.RpcError
+                out = exc
+            with lock:
+                box.append((sid, out))
+            done.set()
+
+        started = [cands[0]]
+        pool.executor.submit(call, cands[0], False)
+        hedge_at = time.monotonic() + pool.hedge_delay(self.name)
+        while True:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if len(started) < len(cands):
+                until_hedge = hedge_at - time.monotonic()
+                wait = until_hedge if wait is None else min(wait, until_hedge)
+            if wait is not None and wait <= 0 and deadline is not None \
+                    and deadline <= time.monotonic():
+                raise PartUnavailableError(f"{self.name}: the deadline passed")
+            done.wait(None if wait is None else max(0.0, wait))
+            with lock:
+                done.clear()
+                results = list(box)
+            for _sid, out in results:
+                if isinstance(out, SearchResult):
+                    return out
+            failed = {sid for sid, out in results}
+            for sid, out in results:
+                code = _code(out) if hasattr(out, "code") else "UNKNOWN"
+                if code not in _TRANSIENT:
+                    from ..service.client import _raise_from
+
+                    _raise_from(out)
+                if code == "UNAVAILABLE":
+                    pool.mark_down(sid)
+            if failed >= set(started):  # every call so far failed: fail over at once
+                if len(started) == len(cands):
+                    raise PartUnavailableError(f"every replica of {self.name} failed")
+                started.append(cands[len(started)])
+                pool.executor.submit(call, started[-1], True)
+                hedge_at = time.monotonic() + pool.hedge_delay(self.name)
+            elif len(started) < len(cands) and time.monotonic() >= hedge_at:
+                if pool.take_hedge():  # straggler: a second replica races the first
+                    started.append(cands[len(started)])
+                    pool.executor.submit(call, started[-1], True)
+                hedge_at = float("inf") if len(started) else hedge_at
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def catch_up(self, sid: int) -> None:
+        """Bring the replica on ``sid`` up to date from an in-sync peer (under the write lock,
+        so no write slips between the copy and the replica's return)."""
+        from ..service.errors import CollectionNotFoundError
+
+        with self.write_lock:
+            peers = [s for s in self.shards if s != sid and self.pool.in_sync(self.name, s)
+                     and self.pool.up.get(s)]
+            stale = not self.pool.in_sync(self.name, sid)
+            if not stale and peers:
+                try:
+                    stale = len(self._col(sid)) != len(self._col(peers[0]))
+                except CollectionNotFoundError:
+                    stale = True
+            if not stale:
+                return
+            if not peers:
+                raise SimsearchError(f"{self.name}: no in-sync peer to copy from")
+            config, data = self.pool.clients[peers[0]].export_collection(self.name)
+            self.pool.clients[sid].import_collection(self.name, config, data)
+            self.pool.mark_in_sync(self.name, sid)
+            log.warning("part %s on shard %d re-copied from shard %d (%d bytes)", self.name, sid,
+                        peers[0], len(data))
+
+
+# ---------------------------------------------------------------------------------------------
+# the coordinator: the node service over a store of clustered PyramidIndex collections
+
+_POOL: ShardPool | None = None
+
+
+def _coordinator_store_classes():
+    from ..service.store import Collection, Store
+    from .index import PyramidIndex
+
+    class ClusterCollection(Collection):
+        def _new_index(self):
+            c = self.config
+            if c["kind"] != "pyramid":
+                raise SimsearchError(f"a coordinator holds pyramid collections; got {c['kind']!r}")
+            idx = PyramidIndex(c["dim"], c["metric"], **c["params"])
+            idx.part_prefix = self.name
+            return idx
+
+        def train(self, x, deadline=None):
+            super().train(x, deadline)
+            self.snapshot(deadline)  # the model is durable as trained, never re-trained
+
+        def search(self, q, k, params, deadline=None):
+            token = DEADLINE.set(deadline)
+            try:
+                return super().search(q, k, params, deadline)
+            finally:
+                DEADLINE.reset(token)
+
+    class ClusterStore(Store):
+        collection_class = ClusterCollection
+
+        def create(self, name, dim, metric, kind, params):
+            if kind != "pyramid":
+                from ..errors import InvalidParameterError
+
+                raise InvalidParameterError(
+                    f"a Pyramid coordinator creates kind 'pyramid' collections; got {kind!r}")
+            return super().create(name, dim, metric, kind, params)
+
+    return ClusterStore
+
+
+def run_coordinator(args: argparse.Namespace) -> int:
+    from ..eval import thread_limit
+    from ..service.server import _write_ready_file, create_server
+    from .index import set_parts_factory
+
+    global _POOL
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with thread_limit(args.threads):
+        _POOL = ShardPool(args.cluster_dir, health_interval=args.health_interval)
+        set_parts_factory(_POOL.make_parts)
+        store = _coordinator_store_classes()(args.data_dir)
+        running = create_server(args.data_dir, args.port, args.host, store=store,
+                                workers=args.workers, max_concurrent_rpcs=None)
+        print(f"simsearch coordinator: serving on {args.host}:{running.port}", flush=True)
+        if args.ready_file:
+            _write_ready_file(args.ready_file, {"port": running.port, "pid": os.getpid()})
+        while not stop.wait(1.0):
+            pass
+        running.stop(5.0)
+        _POOL.close()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# `simsearch cluster up | status | coordinator`
+
+
+def _spawn(cmd: list[str], ready: Path, log_path: Path, timeout: float = 120.0):
+    ready.unlink(missing_ok=True)
+    logf = open(log_path, "ab")
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}; see {log_path}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise RuntimeError(f"{cmd[2]} did not become ready; see {log_path}")
+        time.sleep(0.05)
+    return proc, json.loads(ready.read_text())["port"]
+
+
+def _shard_cmd(d: Path, i: int, port: int, threads: int) -> list[str]:
+    return [sys.executable, "-m", "simsearch.service.server", "--data-dir", str(d / f"shard-{i}"),
+            "--port", str(port), "--ready-file", str(d / f"shard-{i}.ready"), "--log-level",
+            "WARNING", "--threads", str(threads), "--workers", "8"]
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Start shard servers and coordinators on loopback; supervise them until SIGTERM/SIGINT
+    (restarting a shard that dies unless --no-restart)."""
+    d = Path(args.data_dir).resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    map_path = d / "cluster.json"
+    old = json.loads(map_path.read_text()) if map_path.exists() else None
+    if old and (len(old["shards"]) != args.shards or old["replicas"] != args.replicas):
+        print(f"{map_path} describes {len(old['shards'])} shards x {old['replicas']} replicas; "
+              "use the same --shards/--replicas or a new --data-dir", file=sys.stderr)
+        return 2
+    if args.replicas > args.shards or args.replicas < 1:
+        print("--replicas must be in [1, --shards]", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    shards: list[dict] = []
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for i in range(args.shards):
+            port = old["shards"][i]["port"] if old else 0
+            proc, port = _spawn(_shard_cmd(d, i, port, args.threads), d / f"shard-{i}.ready",
+                                d / f"shard-{i}.log")
+            procs[f"shard-{i}"] = proc
+            shards.append({"id": i, "address": f"127.0.0.1:{port}", "port": port,
+                           "data_dir": str(d / f"shard-{i}")})
+        cmap = old or {"epoch": 0, "replicas": args.replicas, "out_of_sync": {}}
+        cmap.update(shards=shards, epoch=int(cmap.get("epoch", 0)) + 1)
+        _atomic_json(map_path, cmap)
+        coords = []
+        for i in range(args.coordinators):
+            cmd = [sys.executable, "-m", "simsearch.pyramid.cluster", "coordinator",
+                   "--cluster-dir", str(d), "--data-dir", str(d / f"coord-{i}"),
+                   "--port", str(args.port + i if args.port else 0),
+                   "--ready-file", str(d / f"coord-{i}.ready"), "--log-level", "WARNING",
+                   "--threads", str(args.threads)]
+            proc, port = _spawn(cmd, d / f"coord-{i}.ready", d / f"coord-{i}.log")
+            procs[f"coord-{i}"] = proc
+            coords.append({"id": i, "address": f"127.0.0.1:{port}"})
+
+        def write_procs():
+            _atomic_json(d / "processes.json", {
+                "supervisor": os.getpid(), "coordinators": coords,
+                "pids": {n: p.pid for n, p in procs.items()}})
+
+        write_procs()
+        print(f"simsearch cluster: {args.shards} shards x {args.replicas} replicas; "
+              f"coordinator(s) {', '.join(c['address'] for c in coords)}", flush=True)
+        while not stop.wait(0.5):
+            for i in range(args.shards):
+                p = procs[f"shard-{i}"]
+                if p.poll() is not None and args.restart:
+                    time.sleep(args.restart_delay)
+                    if stop.is_set():
+                        break
+                    log.warning("shard %d exited (%s); restarting", i, p.returncode)
+                    try:
+                        procs[f"shard-{i}"], _ = _spawn(
+                            _shard_cmd(d, i, shards[i]["port"], args.threads),
+                            d / f"shard-{i}.ready", d / f"shard-{i}.log")
+                    except RuntimeError as exc:
+                        log.error("%s", exc)
+                    write_procs()
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from ..service.client import connect
+
+    d = Path(args.data_dir)
+    try:
+        cmap = json.loads((d / "cluster.json").read_text())
+    except FileNotFoundError:
+        print(f"no cluster under {d} (run `simsearch cluster up` first)", file=sys.stderr)
+        return 1
+    procs = json.loads((d / "processes.json").read_text()) if (d / "processes.json").exists() \
+        else {"coordinators": [], "pids": {}}
+    print(f"epoch {cmap['epoch']}, {len(cmap['shards'])} shards, replicas {cmap['replicas']}")
+    for c in procs["coordinators"]:
+        try:
+            h = connect(c["address"], timeout=2).health()
+        except Exception as exc:
+            h = type(exc).__name__
+        print(f"coordinator {c['id']}  {c['address']:22s} {h}")
+    bad = 0
+    for s in cmap["shards"]:
+        try:
+            cli = connect(s["address"], timeout=2)
+            h = cli.health()
+            cols = {n: len(cli.collection(n)) for n in cli.list_collections()}
+        except Exception as exc:
+            h, cols = type(exc).__name__, {}
+            bad += 1
+        pid = procs["pids"].get(f"shard-{s['id']}", "-")
+        print(f"shard {s['id']}  {s['address']:22s} pid {pid!s:7s} {h:12s} "
+              + " ".join(f"{n}={c}" for n, c in sorted(cols.items())))
+    for name, sids in sorted(cmap.get("out_of_sync", {}).items()):
+        print(f"out of sync: {name} on shards {sids}")
+    return 1 if bad else 0
+
+
+def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``cluster up | status | coordinator`` on a CLI's subparsers."""
+    p = subparsers.add_parser("cluster", help="a local Pyramid cluster (shards + coordinators)")
+    sub = p.add_subparsers(dest="cluster_command", required=True)
+    up = sub.add_parser("up", help="start shard servers and coordinators on loopback")
+    up.add_argument("--shards", type=int, default=3)
+    up.add_argument("--replicas", type=int, default=2)
+    up.add_argument("--coordinators", type=int, default=1)
+    up.add_argument("--data-dir", required=True)
+    up.add_argument("--port", type=int, default=0, help="first coordinator port (0: free port)")
+    up.add_argument("--threads", type=int, default=1, help="search threads per process")
+    up.add_argument("--no-restart", dest="restart", action="store_false",
+                    help="do not restart shard servers that exit")
+    up.add_argument("--restart-delay", type=float, default=1.0)
+    up.set_defaults(func=run_up)
+    st = sub.add_parser("status", help="health, parts and sync state of a local cluster")
+    st.add_argument("--data-dir", required=True)
+    st.set_defaults(func=run_status)
+    co = sub.add_parser("coordinator", help="run one coordinator (started by `cluster up`)")
+    co.add_argument("--cluster-dir", required=True, help="directory holding cluster.json")
+    co.add_argument("--data-dir", required=True, help="the coordinator's router store")
+    co.add_argument("--port", type=int, default=0)
+    co.add_argument("--host", default="127.0.0.1")
+    co.add_argument("--ready-file")
+    co.add_argument("--workers", type=int, default=16)
+    co.add_argument("--threads", type=int, default=1)
+    co.add_argument("--health-interval", type=float, default=0.2)
+    co.add_argument("--log-level", default="INFO")
+    co.set_defaults(func=run_coordinator)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="simsearch")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_cluster_parser(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] != "cluster":
+        argv = ["cluster", *argv]
+    return _dispatch(parser.parse_args(argv))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.func is not run_coordinator and not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The cluster over real processes equals the in-process PyramidIndex; failures and recovery."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+
+import simsearch as ss  # noqa: E402
+from simsearch.datasets import synthetic_longtail  # noqa: E402
+from simsearch.eval import thread_limit  # noqa: E402
+from simsearch.pyramid import PyramidIndex  # noqa: E402
+
+DIM, K = 16, 10
+PARAMS = dict(n_centers=24, n_partitions=3, mips_replicas=30, sub_index="flat")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_longtail(n=1500, dim=DIM, n_queries=30, n_clusters=20, seed=5)
+
+
+def local(metric, base):
+    with thread_limit(1):  # the coordinator trains single-threaded too
+        p = PyramidIndex(DIM, metric, **PARAMS)
+        p.train(base)
+    p.add(base[:1000])
+    p.add(base[1000:])
+    p.remove(np.arange(0, 1500, 11))
+    return p
+
+
+def wait_until(cond, timeout=30.0):
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        time.sleep(0.1)
+
+
+def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, data):
+    base, queries = data
+    cl = cluster_factory(3, 2)
+    client = ss.connect(cl.coordinator, timeout=60)
+    col = client.create_collection("docs", DIM, "ip", "pyramid", **PARAMS)
+    col.train(base)
+    col.add(base[:1000])
+    col.add(base[1000:], ids=np.arange(1000, 1500))
+    col.remove(np.arange(0, 1500, 11))
+    ref = local("ip", base)
+    assert len(col) == len(ref)
+    for branching in (2, 24):
+        a = col.search(queries, K, branching=branching)
+        b = ref.search(queries, K, branching=branching)
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
+    # every part on two different shards
+    cmap = json.loads((cl.dir / "cluster.json").read_text())
+    assert cmap["replicas"] == 2 and len(cmap["shards"]) == 3
+    # a shard dies: no failed query, same answers (routed to the surviving replicas)
+    cl.signal_shard(0, signal.SIGKILL)
+    for _ in range(5):
+        np.testing.assert_array_equal(col.search(queries, K, branching=24).ids,
+                                      ref.search(queries, K, branching=24).ids)
+    # writes while it is down reach the other replica; it catches up when restarted
+    col.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
+    ref.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
+    old = cl.shard_pid(0)
+    wait_until(lambda: cl.shard_pid(0) != old)  # the supervisor restarts it
+    wait_until(lambda: not json.loads((cl.dir / "cluster.json").read_text())["out_of_sync"])
+    cl.signal_shard(1, signal.SIGKILL)  # now only the recovered copies can answer for some parts
+    for _ in range(3):
+        np.testing.assert_array_equal(col.search(queries, K, branching=24).ids,
+                                      ref.search(queries, K, branching=24).ids)
+
+
+def test_partial_results_and_complete_required(cluster_factory, data):
+    base, queries = data
+    cl = cluster_factory(2, 1, "--no-restart")
+    client = ss.connect(cl.coordinator, timeout=60)
+    col = client.create_collection("docs", DIM, "l2", "pyramid", **PARAMS)
+    col.train(base)
+    col.add(base)
+    cl.signal_shard(0, signal.SIGKILL)
+    time.sleep(1.0)
+    r = col.search(queries, K, branching=24, require_complete=False)
+    assert 0 < r.coverage < 1 and (r.ids >= 0).any()
+    with pytest.raises(Exception, match="replica"):
+        col.search(queries, K, branching=24)
