@@ -8,7 +8,8 @@ multiple of the number of codebooks (NEQ's M - 1, the baseline's M).
 
     python -m bench.quant_bench --dataset glove-50 --codebooks 4 8
     python -m bench.quant_bench --dataset synthetic-longtail --n 1000000 --dim 64
-    python -m bench.quant_bench --sweep   # the crossover sweep (items, dim, norm spread)
+    python -m bench.quant_bench --sweep large   # crossover sweep (items, dim, norm spread)
+    python -m bench.quant_bench --sweep small   # the ml100k-svd scale
 
 Raw JSON goes to bench/results/quant/; Markdown tables are printed.
 """
@@ -138,11 +139,15 @@ def sweep(args):
     dimension and norm spread (synthetic long-tailed data, 300 queries)."""
     out = []
     grid = []
-    for n in (10_000, 30_000, 100_000, 300_000):
+    if args.sweep == "small":  # the ml100k-svd scale: 1,682 items, norm spread std(log) 1.3
+        for n in (1_682, 3_000, 5_000):
+            for sigma in (0.5, 1.3):
+                grid.append({"n": n, "dim": 64, "norm_sigma": sigma})
+    for n in (10_000, 30_000, 100_000, 300_000) if args.sweep == "large" else ():
         grid.append({"n": n, "dim": 64, "norm_sigma": 0.5})
-    for dim in (16, 32, 128):
+    for dim in (16, 32, 128) if args.sweep == "large" else ():
         grid.append({"n": 100_000, "dim": dim, "norm_sigma": 0.5})
-    for sigma in (0.0, 0.25, 1.0):
+    for sigma in (0.0, 0.25, 1.0) if args.sweep == "large" else ():
         grid.append({"n": 100_000, "dim": 64, "norm_sigma": sigma})
     for g in grid:
         xb, xq = datasets.synthetic_longtail(n=g["n"], dim=g["dim"], n_queries=300,
@@ -178,7 +183,8 @@ def main(argv=None):
     ap.add_argument("--lsq-iters", type=int, default=25, help="LSQ training iterations, both sides")
     ap.add_argument("--lsq-n", type=int, default=None, help="base rows for LSQ (if smaller)")
     ap.add_argument("--qps", action="store_true", help="also measure scan queries/s")
-    ap.add_argument("--sweep", action="store_true", help="run the crossover sweep instead")
+    ap.add_argument("--sweep", choices=["large", "small"], default=None,
+                    help="crossover sweep (large: 10k-300k items; small: < 5k)")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default=None)
@@ -188,7 +194,7 @@ def main(argv=None):
     with thread_limit(args.threads):
         if args.sweep:
             out = sweep(args)
-            path = RESULTS / f"sweep{'-' + args.tag if args.tag else ''}.json"
+            path = RESULTS / f"sweep-{args.sweep}{'-' + args.tag if args.tag else ''}.json"
             path.write_text(json.dumps({"args": vars(args), "rows": out}, indent=1))
             cols = [
                 "base", "codebooks", "n", "dim", "norm_sigma", "items_per_codeword",
