@@ -8,7 +8,8 @@ multiple of the number of codebooks (NEQ's M - 1, the baseline's M).
 
     python -m bench.quant_bench --dataset glove-50 --codebooks 4 8
     python -m bench.quant_bench --dataset synthetic-longtail --n 1000000 --dim 64
-    python -m bench.quant_bench --sweep large   # crossover sweep (items, dim, norm spread)
+    python -m bench.quant_bench --sweep items   # crossover sweep over items (10k-300k)
+    python -m bench.quant_bench --sweep axes    # dimension and norm spread at 30k items
     python -m bench.quant_bench --sweep small   # the ml100k-svd scale
 
 Raw JSON goes to bench/results/quant/; Markdown tables are printed.
@@ -143,12 +144,13 @@ def sweep(args):
         for n in (1_682, 3_000, 5_000):
             for sigma in (0.5, 1.3):
                 grid.append({"n": n, "dim": 64, "norm_sigma": sigma})
-    for n in (10_000, 30_000, 100_000, 300_000) if args.sweep == "large" else ():
+    for n in (10_000, 30_000, 100_000, 300_000) if args.sweep == "items" else ():
         grid.append({"n": n, "dim": 64, "norm_sigma": 0.5})
-    for dim in (16, 32, 128) if args.sweep == "large" else ():
-        grid.append({"n": 100_000, "dim": dim, "norm_sigma": 0.5})
-    for sigma in (0.0, 0.25, 1.0) if args.sweep == "large" else ():
-        grid.append({"n": 100_000, "dim": 64, "norm_sigma": sigma})
+    # dimension and norm spread at 30k items (117 per codeword), near the RQ crossover
+    for dim in (16, 32, 128) if args.sweep == "axes" else ():
+        grid.append({"n": 30_000, "dim": dim, "norm_sigma": 0.5})
+    for sigma in (0.0, 0.25, 1.0) if args.sweep == "axes" else ():
+        grid.append({"n": 30_000, "dim": 64, "norm_sigma": sigma})
     for g in grid:
         xb, xq = datasets.synthetic_longtail(n=g["n"], dim=g["dim"], n_queries=300,
                                              norm_sigma=g["norm_sigma"], seed=1)  # fmt: skip
@@ -183,8 +185,8 @@ def main(argv=None):
     ap.add_argument("--lsq-iters", type=int, default=25, help="LSQ training iterations, both sides")
     ap.add_argument("--lsq-n", type=int, default=None, help="base rows for LSQ (if smaller)")
     ap.add_argument("--qps", action="store_true", help="also measure scan queries/s")
-    ap.add_argument("--sweep", choices=["large", "small"], default=None,
-                    help="crossover sweep (large: 10k-300k items; small: < 5k)")  # fmt: skip
+    ap.add_argument("--sweep", choices=["items", "axes", "small"], default=None,
+                    help="crossover sweep: items, axes (dim, norm spread), small")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default=None)
