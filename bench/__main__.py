@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}")
         print("adapters:")
         for name, cls in sorted(ADAPTERS.items()):
-            doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-            print(f"  {name:16s} {doc}")
+            doc = " ".join((cls.__doc__ or "").split()).split(". ")[0].rstrip(".")
+            print(f"  {name:20s} {doc[:100]}")
     return 0
 
 

@@ -275,7 +275,12 @@ def simsearch_adapter(kind: str, *, exact: bool = False) -> type[SimsearchAdapte
     return type(
         f"Simsearch_{kind}",
         (SimsearchAdapter,),
-        {"name": f"simsearch-{kind}", "kind": kind, "exact": exact},
+        {
+            "name": f"simsearch-{kind}",
+            "kind": kind,
+            "exact": exact,
+            "__doc__": f"simsearch index kind {kind!r} through the Index API.",
+        },
     )
 
 

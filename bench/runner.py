@@ -188,6 +188,8 @@ def _environment() -> dict[str, Any]:
             text=True,
             check=True,
         ).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "src"], cwd=BENCH_DIR)
+        commit += "+dirty src" if dirty.returncode else ""
     except (OSError, subprocess.CalledProcessError):
         commit = None
     from importlib.metadata import version
@@ -470,6 +472,15 @@ def report(out_dir: str | os.PathLike) -> tuple[Path, list[Path]]:
                 markdown_table(crow, list(crow[0])),
                 "",
             ]
+            for m in [m for m in order if m in measures]:
+                vals = [float(row[f"ratio {m}"]) for row in crow if row[f"ratio {m}"]]
+                if vals:
+                    lines.append(
+                        f"- QPS ratio {m}, same setting: median {np.median(vals):.3f}, geometric "
+                        f"mean {np.exp(np.mean(np.log(vals))):.3f}, range {min(vals):.3f}–"
+                        f"{max(vals):.3f} over {len(vals)} settings"
+                    )
+            lines.append("")
     lines += [f"![{label}]({p.name})" for label, p in zip(measures.values(), pngs, strict=True)]
     md = out / "results.md"
     md.write_text("\n".join(lines) + "\n")
