@@ -244,9 +244,10 @@ def report(out: Path, img: str | None = None) -> None:
             "best r10": max(r["recall10"] for r in rs),
             "QPS at best": max(rs, key=lambda r: r["recall10"])["qps"],
         })  # fmt: skip
-    for row in summary:
+    for row, rs in zip(summary, groups.values(), strict=True):
         for c in ("T @ r10=0.9", "QPS @ r10=0.9", "T @ r20=0.9"):
-            row[c] = "not reached" if row[c] is None else row[c]
+            uncounted = c.startswith("T") and rs[0]["probed"] is None  # hnswlib: no counter
+            row[c] = "-" if uncounted else "not reached" if row[c] is None else row[c]
     ratios = []
     by = {(s["method"], s["bits"]): s for s in summary}
     for b in sorted({r["bits"] for r in runs if r["bits"]}):

@@ -55,7 +55,7 @@ DEFAULT_RANKING = "shifted"
 _TINY = 1e-30
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LSHSearchResult(SearchResult):
     """SearchResult plus work counters summed over the batch: ``probed_items`` (exact inner
     products computed) and ``probed_buckets``."""
