@@ -34,6 +34,24 @@ def qps_table(tag: str) -> str:
     return markdown_table(doc["qps"], list(doc["qps"][0])) if doc.get("qps") else ""
 
 
+def summary(tags: list[str], t: int = 64, k: int = 20) -> str:
+    """One row per (dataset run, base, bits): baseline vs NEQ recall@k within the top t."""
+    rows = []
+    for tag in tags:
+        doc = load(tag)
+        by = {(r["base"], r["bits"], r["side"]): r for r in doc["rows"]}
+        for (base, bits, side), r in by.items():
+            if side != "faiss" or (base, bits, "neq") not in by:
+                continue
+            b, n = r[f"r{k}@{t}"], by[(base, bits, "neq")][f"r{k}@{t}"]
+            rows.append({
+                "run": tag, "n": r.get("n", doc["n"]), "base": base.upper(), "bits": bits,
+                "base quantizer": b, "NEQ": n, "NEQ - base": n - b,
+            })  # fmt: skip
+    cols = ["run", "n", "base", "bits", "base quantizer", "NEQ", "NEQ - base"]
+    return markdown_table(rows, cols)
+
+
 def plot(tags: list[str], title: str, path: Path, k: int = 20) -> None:
     import matplotlib
 
@@ -70,7 +88,11 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--png", default=None, help="write one plot of all tags here")
     ap.add_argument("--title", default="")
+    ap.add_argument("--summary", action="store_true", help="only the T=64 summary of all tags")
     args = ap.parse_args(argv)
+    if args.summary:
+        print(summary(args.tags))
+        return
     for t in args.tags:
         print(f"### {t}: recall@{args.k} within top T\n\n{tables(t, args.k)}\n")
         q = qps_table(t)
