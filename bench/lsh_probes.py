@@ -231,8 +231,13 @@ def report(out: Path, img: str | None = None) -> None:
     """results.md (summary, recall vs T at each code length, every setting) and two PNGs."""
     doc = json.loads((out / "results.json").read_text())
     runs = doc["runs"]
+    order = ["exact", "hnswlib", "norm-scan", "simple-lsh", "nr-lsh (shifted)", "nr-lsh (plain)"]
+
+    def rank(key):  # rows by code length, then in the order above
+        return (key[1] or 0, next((i for i, o in enumerate(order) if key[0].startswith(o)), 9))
+
     groups: dict[tuple, list] = {}
-    for r in runs:
+    for r in sorted(runs, key=lambda r: rank((r["method"], r["bits"]))):
         groups.setdefault((r["method"], r["bits"]), []).append(r)
     summary = []
     for (m, b), rs in groups.items():
