@@ -5,6 +5,7 @@ interpolation): its distance computations per query and queries/s. Ratios are ip
 the baseline, each at its own cheapest setting, all from the same run.
 
     python -m bench.graph_targets bench/results/graph-longtail [--targets 0.9 0.95]
+        [--plot-dir docs/img]   # recall against distance computations
 """
 
 from __future__ import annotations
@@ -69,14 +70,44 @@ def table(results_dir: str | Path, targets: list[float]) -> str:
     return head + "\n\n" + markdown_table(rows, cols)
 
 
+def plot_work(results_dir: str | Path, path: str | Path) -> Path:
+    """Recall@k against distance computations per query (log axis), one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads((Path(results_dir) / "results.json").read_text())
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for algo in sorted({r["algorithm"] for r in doc["runs"]}):
+        pts = sorted((r["recall"], r["work"]["distances"]) for r in doc["runs"]
+                     if r["algorithm"] == algo and (r["work"] or {}).get("distances"))  # fmt: skip
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=4, label=algo)
+    ds = doc["dataset"]
+    ax.set_yscale("log")
+    ax.set_xlabel(f"recall@{doc['config']['k']}")
+    ax.set_ylabel("distance computations / query (log)")
+    ax.set_title(f"{ds['name']} n={ds['n']:,} d={ds['dim']} ip")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dirs", nargs="+")
     p.add_argument("--targets", type=float, nargs="+", default=[0.9, 0.95])
+    p.add_argument("--plot-dir", help="also write <dir>/graph-<results dir>-work.png")
     args = p.parse_args(argv)
     for d in args.dirs:
         print(table(d, args.targets))
         print()
+        if args.plot_dir:
+            print("plot:", plot_work(d, Path(args.plot_dir) / f"{Path(d).name}-work.png"))
 
 
 if __name__ == "__main__":
