@@ -297,3 +297,18 @@ def test_bad_input_gives_typed_errors(encoder, clustered):
         idx.search([b"acg"], 3)
     with pytest.raises(errors.DuplicateIdError):
         idx.add(["acg"], ids=[0])
+
+
+def test_deep_layout_for_long_strings(clustered, tmp_path):
+    from simsearch.strings.model import default_n_layers
+
+    assert default_n_layers(32) == 1 and default_n_layers(512) == 5
+    long = [s * 5 for s in clustered[:200]]  # lengths 50-80: max_len 128 -> 3 layers, deep
+    enc = CNNEDEncoder(alphabet=ACGT, max_len=128, embed_dim=16, seed=0)
+    assert enc.n_layers == 3
+    enc.fit(long, epochs=2, n_train=100, n_neighbors=10, n_threads=1, progress=False)
+    assert not enc._net.per_char
+    x = enc.encode(long)
+    assert x.shape == (200, 16) and np.isfinite(x).all()
+    enc.save(tmp_path / "deep")
+    np.testing.assert_array_equal(CNNEDEncoder.load(tmp_path / "deep").encode(long), x)

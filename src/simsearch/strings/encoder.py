@@ -74,10 +74,10 @@ class CNNEDEncoder:
                              self.channels)
         return self._net
 
-    def fit(self, strings: list[str], epochs: int = 30, batch_size: int = 64,
-            n_train: int = 5000, n_neighbors: int = 100, learning_rate: float = 1e-3,
+    def fit(self, strings: list[str], epochs: int = 10, batch_size: int = 64,
+            n_train: int = 2000, n_neighbors: int = 100, learning_rate: float = 1e-3,
             early_stopping: int | None = None, validation_fraction: float = 0.1,
-            n_threads: int = 2, progress: bool = True) -> CNNEDEncoder:
+            n_threads: int = 1, progress: bool = True) -> CNNEDEncoder:
         """Train on (a seeded sample of) ``strings``.
 
         epochs : passes over the training anchors (each draws fresh triplets).

@@ -1,0 +1,196 @@
+"""CNN-ED string search benchmark: recall against the number of re-ranked candidates T for CNN-ED
+and CGK, end-to-end queries/s of the StringIndex against brute-force rapidfuzz, training time and
+embedding throughput.
+
+    python -m bench.strings_bench words      # 100,000 base words, 1,000 queries, max_len 32
+    python -m bench.strings_bench proteins   # 50,000 proteins truncated to 512, 1,000 queries
+
+Raw results: bench/results/strings/<dataset>.json; recall plot: docs/img/strings-<dataset>.png.
+Everything runs single-threaded (training included: the encoder's default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from simsearch.datasets import load_strings
+from simsearch.eval import thread_limit
+from simsearch.flat import FlatIndex
+from simsearch.strings import (
+    CGKEncoder,
+    CNNEDEncoder,
+    StringIndex,
+    edit_distance_matrix,
+    hamming_search,
+)
+
+log = logging.getLogger("strings_bench")
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = {
+    "words": dict(n_base=100_000, max_len=None, embed_max_len=32, brute_queries=200),
+    "proteins": dict(n_base=50_000, max_len=512, embed_max_len=512, brute_queries=50),
+}
+TS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1024, 2048)
+KS = (1, 10, 50)
+
+
+def recall_curves(queries, base, cand, gt_d):
+    """Tie-tolerant top-k recall of "re-rank the first T candidates" for every T and k: a
+    returned item is a hit when its edit distance is within the true k-th distance."""
+    nq, tmax = cand.shape
+    d = np.stack([edit_distance_matrix([q], [base[j] for j in c])[0]
+                  for q, c in zip(queries, cand.tolist(), strict=True)])
+    out = {}
+    for T in TS:
+        best = np.sort(d[:, :T], axis=1)
+        out[T] = {}
+        for k in KS:
+            kk = min(k, T)
+            hits = (best[:, :kk] <= gt_d[:, k - 1 : k]).sum(1)
+            out[T][k] = float((hits / k).mean())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dataset", choices=sorted(CONFIGS))
+    ap.add_argument("--n-queries", type=int, default=1000)
+    ap.add_argument("--encoder", help="load this saved encoder instead of training")
+    ap.add_argument("--epochs", type=int, default=None, help="override the default epochs")
+    ap.add_argument("--n-train", type=int, default=None, help="override the training sample")
+    ap.add_argument("--channels", type=int, default=8, help="convolution channels")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "strings"))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    cfg = CONFIGS[args.dataset]
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res: dict = {"dataset": args.dataset, "config": cfg, "host": platform.node(),
+                 "args": vars(args)}
+
+    ds = load_strings(args.dataset, n_queries=args.n_queries, n_base=cfg["n_base"],
+                      max_len=cfg["max_len"])
+    base, queries = ds.base, ds.queries
+    _, gt_d = ds.ground_truth(50)
+    log.info("%s: %d base, %d queries", args.dataset, len(base), len(queries))
+
+    # -- training -------------------------------------------------------------------------
+    enc_path = out_dir / f"{args.dataset}-encoder.sim"
+    if args.encoder:
+        enc = CNNEDEncoder.load(args.encoder)
+        res["training"] = {"loaded": args.encoder}
+    else:
+        enc = CNNEDEncoder(max_len=cfg["embed_max_len"], channels=args.channels)
+        fit_kw = {k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train))
+                  if v is not None}
+        t = time.perf_counter()
+        enc.fit(base, **fit_kw)
+        res["training"] = {
+            "seconds": time.perf_counter() - t, "epochs": enc.report.epochs_run,
+            "neighbour_seconds": enc.report.neighbour_seconds, "n_threads": 1,
+            "history": enc.report.history,
+        }
+        enc.save(enc_path)
+        log.info("trained in %.0f s", res["training"]["seconds"])
+    res["encoder"] = repr(enc)
+
+    with thread_limit(1):
+        t = time.perf_counter()
+        xb = enc.encode(base)
+        t_enc = time.perf_counter() - t
+        xq = enc.encode(queries)
+        res["embedding"] = {"strings_per_s": len(base) / t_enc, "seconds": t_enc}
+        log.info("embedded %d strings in %.1f s", len(base), t_enc)
+
+        # -- recall against T (exact top-T in embedding space, then exact re-rank) --------
+        flat = FlatIndex(xb.shape[1], "l2")
+        flat.add(xb)
+        cand = flat.search(xq, max(TS)).ids
+        res["recall_cnned"] = recall_curves(queries, base, cand, gt_d)
+        cgk = CGKEncoder(max_len=cfg["embed_max_len"]).fit(base + queries)
+        t = time.perf_counter()
+        cb, cq = cgk.encode(base), cgk.encode(queries)
+        res["cgk_embed_strings_per_s"] = (len(base) + len(queries)) / (time.perf_counter() - t)
+        cand_cgk, _ = hamming_search(cq, cb, max(TS))
+        res["recall_cgk"] = recall_curves(queries, base, cand_cgk, gt_d)
+
+        # -- end to end: StringIndex (HNSW) against brute-force rapidfuzz ------------------
+        idx = StringIndex(enc, "hnsw", M=16, ef_construction=200)
+        t = time.perf_counter()
+        idx.add(base)
+        res["index_build_seconds"] = time.perf_counter() - t
+        e2e = []
+        for T in (10, 20, 50, 100, 200, 500, 1024, 2048):
+            t = time.perf_counter()
+            r = idx.search(queries, 10, n_candidates=T)
+            dt = time.perf_counter() - t
+            rec = float(((r.distances <= gt_d[:, 9:10]).sum(1) / 10).mean())
+            e2e.append({"T": T, "recall10": rec, "qps": len(queries) / dt})
+            log.info("StringIndex T=%d: recall@10 %.3f, %.1f q/s", T, rec, len(queries) / dt)
+        res["string_index"] = e2e
+        nb = cfg["brute_queries"]
+        t = time.perf_counter()
+        edit_distance_matrix(queries[:nb], base, workers=1)
+        res["brute_force_qps"] = nb / (time.perf_counter() - t)
+        log.info("brute force: %.2f q/s", res["brute_force_qps"])
+
+    (out_dir / f"{args.dataset}.json").write_text(json.dumps(res, indent=1))
+    print(markdown(res))
+    plot(res, ROOT / "docs" / "img" / f"strings-{args.dataset}.png")
+
+
+def markdown(res: dict) -> str:
+    lines = [f"### {res['dataset']}", ""]
+    tr = res["training"]
+    if "seconds" in tr:
+        lines.append(f"training: {tr['seconds']:.0f} s ({tr['epochs']} epochs, neighbour lists "
+                     f"{tr['neighbour_seconds']:.0f} s, 1 thread); embedding: "
+                     f"{res['embedding']['strings_per_s']:.0f} strings/s (1 thread); CGK: "
+                     f"{res['cgk_embed_strings_per_s']:.0f} strings/s")
+    lines += ["", "| T | " + " | ".join(f"CNN-ED @{k} | CGK @{k}" for k in KS) + " |",
+              "|---:|" + "---:|" * (2 * len(KS))]
+    for T in TS:
+        a, b = res["recall_cnned"][T], res["recall_cgk"][T]
+        lines.append(f"| {T} | " + " | ".join(f"{a[k]:.3f} | {b[k]:.3f}" for k in KS) + " |")
+    bf = res["brute_force_qps"]
+    lines += ["", f"brute force (rapidfuzz, 1 thread): {bf:.2f} q/s", "",
+              "| T | recall@10 | q/s | × brute force |", "|---:|---:|---:|---:|"]
+    for e in res["string_index"]:
+        lines.append(f"| {e['T']} | {e['recall10']:.3f} | {e['qps']:.1f} | {e['qps'] / bf:.1f} |")
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for k, style in zip(KS, ("-", "--", ":"), strict=True):
+        for name, color in (("cnned", "C0"), ("cgk", "C3")):
+            ys = [res[f"recall_{name}"][T][k] for T in TS]
+            axes[0].plot(TS, ys, style, color=color, label=f"{name.upper()} top-{k}")
+    axes[0].set(xscale="log", xlabel="T (candidates re-ranked)", ylabel="recall",
+                title=f"{res['dataset']}: recall vs T")
+    axes[0].legend(fontsize=7)
+    e = res["string_index"]
+    axes[1].plot([x["recall10"] for x in e], [x["qps"] for x in e], "o-", label="StringIndex")
+    axes[1].axhline(res["brute_force_qps"], color="k", ls="--", label="brute force")
+    axes[1].set(yscale="log", xlabel="recall@10", ylabel="queries/s (1 thread)",
+                title="end to end")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+
+
+if __name__ == "__main__":
+    main()
