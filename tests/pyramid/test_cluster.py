@@ -91,3 +91,30 @@ def test_partial_results_and_complete_required(cluster_factory, data):
     assert 0 < r.coverage < 1 and (r.ids >= 0).any()
     with pytest.raises(Exception, match="replica"):
         col.search(queries, K, branching=24)
+
+
+def test_deadline_gives_partial_results_and_status(cluster_factory, data):
+    import subprocess
+    import sys
+
+    base, queries = data
+    cl = cluster_factory(2, 1, "--no-restart")
+    col = ss.connect(cl.coordinator, timeout=60).create_collection(
+        "docs", DIM, "cosine", "pyramid", **PARAMS)
+    col.train(base)
+    col.add(base)
+    st = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
+                         "--data-dir", str(cl.dir)], capture_output=True, text=True)
+    assert st.returncode == 0 and "epoch" in st.stdout and "docs.p0=" in st.stdout
+    cl.signal_shard(1, signal.SIGSTOP)  # a straggler that still holds its connections
+    try:
+        fast = ss.connect(cl.coordinator, timeout=1.5).collection("docs")
+        t0 = time.monotonic()
+        r = fast.search(queries[:5], K, branching=24, require_complete=False)
+        assert time.monotonic() - t0 < 1.5
+        assert r.coverage < 1 and (r.ids >= 0).any()
+    finally:
+        cl.signal_shard(1, signal.SIGCONT)
+    ss.connect(cl.coordinator, timeout=60).drop_collection("docs")
+    shard0 = ss.connect(json.loads((cl.dir / "cluster.json").read_text())["shards"][0]["address"])
+    assert shard0.list_collections() == []

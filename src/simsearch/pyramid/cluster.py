@@ -292,6 +292,8 @@ class RemotePart:
         self._rr += 1
         cands = cands[self._rr % len(cands):] + cands[: self._rr % len(cands)]
         deadline = DEADLINE.get()
+        if deadline is not None:  # leave the coordinator time to merge and answer
+            deadline -= min(0.05, 0.1 * max(0.0, deadline - time.monotonic()))
         pj = convert.dump_params(params)
         done = threading.Event()
         box: list = []
@@ -317,22 +319,20 @@ class RemotePart:
         started = [cands[0]]
         pool.executor.submit(call, cands[0], False)
         hedge_at = time.monotonic() + pool.hedge_delay(self.name)
+        hedged = False
         while True:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if len(started) < len(cands):
-                until_hedge = hedge_at - time.monotonic()
-                wait = until_hedge if wait is None else min(wait, until_hedge)
-            if wait is not None and wait <= 0 and deadline is not None \
-                    and deadline <= time.monotonic():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 raise PartUnavailableError(f"{self.name}: the deadline passed")
-            done.wait(None if wait is None else max(0.0, wait))
+            # wake often: a straggler's shard may be declared down, or a hedge become due
+            nap = 0.02 if len(started) < len(cands) else 0.1
+            done.wait(nap if deadline is None else min(nap, deadline - now))
             with lock:
                 done.clear()
                 results = list(box)
             for _sid, out in results:
                 if isinstance(out, SearchResult):
                     return out
-            failed = {sid for sid, out in results}
             for sid, out in results:
                 code = _code(out) if hasattr(out, "code") else "UNKNOWN"
                 if code not in _TRANSIENT:
@@ -341,17 +341,19 @@ class RemotePart:
                     _raise_from(out)
                 if code == "UNAVAILABLE":
                     pool.mark_down(sid)
-            if failed >= set(started):  # every call so far failed: fail over at once
-                if len(started) == len(cands):
-                    raise PartUnavailableError(f"every replica of {self.name} failed")
+            failed = {sid for sid, _ in results}
+            if failed >= set(started) and len(started) == len(cands):
+                raise PartUnavailableError(f"every replica of {self.name} failed")
+            if len(started) == len(cands):
+                continue
+            live = [s for s in started if s not in failed and pool.up.get(s)]
+            if not live:  # failed, or its shard was declared down meanwhile: fail over now
                 started.append(cands[len(started)])
                 pool.executor.submit(call, started[-1], True)
-                hedge_at = time.monotonic() + pool.hedge_delay(self.name)
-            elif len(started) < len(cands) and time.monotonic() >= hedge_at:
-                if pool.take_hedge():  # straggler: a second replica races the first
-                    started.append(cands[len(started)])
-                    pool.executor.submit(call, started[-1], True)
-                hedge_at = float("inf") if len(started) else hedge_at
+            elif not hedged and time.monotonic() >= hedge_at and pool.take_hedge():
+                hedged = True  # straggler: a second replica races the first
+                started.append(cands[len(started)])
+                pool.executor.submit(call, started[-1], True)
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -420,6 +422,18 @@ def _coordinator_store_classes():
                 raise InvalidParameterError(
                     f"a Pyramid coordinator creates kind 'pyramid' collections; got {kind!r}")
             return super().create(name, dim, metric, kind, params)
+
+        def drop(self, name):
+            col = self.get(name)
+            parts = list(getattr(col.index, "parts", []) or [])
+            super().drop(name)
+            for part in parts:  # best effort: a shard that is down keeps an orphan collection
+                for sid in part.shards:
+                    try:
+                        part.pool.clients[sid].drop_collection(part.name)
+                    except Exception as exc:
+                        log.warning("could not drop %s on shard %d: %s", part.name, sid, exc)
+                part.pool.parts.pop(part.name, None)
 
     return ClusterStore
 

@@ -239,8 +239,8 @@ class PyramidIndex(Index):
     def _new_parts(self) -> list:
         if _parts_factory is not None:
             parts = _parts_factory(self, self.n_parts)
-            self._pool = ThreadPoolExecutor(max(1, min(32, self.n_parts)),
-                                            thread_name_prefix="pyramid-part")
+            # part calls block on the network: enough threads for many queries in flight
+            self._pool = ThreadPoolExecutor(64, thread_name_prefix="pyramid-part")
             return parts
         p = self._params
         return [create_index(p["sub_index"], self.dim, self.metric, **self.sub_params)

@@ -1,0 +1,408 @@
+"""Pyramid cluster benchmarks (design §4.4, §6) over real local processes.
+
+    python -m bench.pyramid_bench sweep  --metric cosine --n-base 100000 --shards 4
+    python -m bench.pyramid_bench faults --metric cosine --n-base 20000
+
+sweep: recall@10 and throughput against the branching factor K through a coordinator, beside the
+naive scheme (random sharding, every query to every shard, fanned out by the client) on the same
+shard processes. Throughput: closed loop, ``--clients`` threads sending one query at a time for
+``--seconds`` per setting; also the CPU time all server processes spent per query.
+
+faults: a fixed-rate query stream (``--rate`` q/s) while (1) a shard server is SIGKILLed (the
+supervisor restarts it), (2) one is SIGSTOPped for 10 s, and (3) a shard server is SIGKILLed
+during a stream of single-item writes (then every acknowledged id is looked up). Raw JSON under
+bench/results/, a throughput-over-time PNG under docs/img/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+import simsearch as ss
+from simsearch.datasets import load
+from simsearch.eval import recall_at_k
+
+RESULTS = Path("bench/results")
+K = 10
+
+
+class Cluster:
+    def __init__(self, d: Path, shards: int, replicas: int, *extra: str):
+        self.dir = d
+        d.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "simsearch.pyramid.cluster", "up", "--shards", str(shards),
+             "--replicas", str(replicas), "--data-dir", str(d), *extra],
+            stdout=open(d / "supervisor.log", "ab"), stderr=subprocess.STDOUT)
+        while not (d / "processes.json").exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError((d / "supervisor.log").read_text())
+            time.sleep(0.1)
+
+    @property
+    def procs(self) -> dict:
+        return json.loads((self.dir / "processes.json").read_text())
+
+    @property
+    def coordinator(self) -> str:
+        return self.procs["coordinators"][0]["address"]
+
+    @property
+    def shard_addresses(self) -> list[str]:
+        return [s["address"] for s in json.loads((self.dir / "cluster.json").read_text())["shards"]]
+
+    def pid(self, name: str) -> int:
+        return self.procs["pids"][name]
+
+    def cpu_seconds(self) -> float:
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.procs["pids"].values():
+            try:
+                f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += (int(f[11]) + int(f[12])) / tick
+            except OSError:
+                pass
+        return total
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+
+
+def data(metric: str, n_base: int, n_queries: int):
+    ds = load("glove-50", n_base=n_base, n_queries=n_queries)
+    base, queries = ds.base, ds.queries
+    f = ss.FlatIndex(50, metric)
+    f.add(base)
+    gt = f.search(queries, 100)
+    return base, queries, gt
+
+
+def build(cl: Cluster, base, metric, n_parts, n_centers, sub):
+    client = ss.connect(cl.coordinator, timeout=600)
+    col = client.create_collection("glove", 50, metric, "pyramid", n_centers=n_centers,
+                                   n_partitions=n_parts, sub_index="hnsw", **sub)
+    col.train(base)
+    for s in range(0, len(base), 20000):
+        col.add(base[s : s + 20000], ids=np.arange(s, min(len(base), s + 20000)))
+    return client, col
+
+
+class Naive:
+    """Random sharding over the same servers; every query to every shard, merged here."""
+
+    def __init__(self, addresses, base, metric, sub, seed=0):
+        self.clients = [ss.connect(a, timeout=600) for a in addresses]
+        self.metric = metric
+        part = np.random.default_rng(seed).integers(0, len(addresses), len(base))
+        self.cols = []
+        for j, c in enumerate(self.clients):
+            col = c.create_collection("naive", 50, metric, "hnsw", **sub)
+            rows = np.flatnonzero(part == j)
+            for s in range(0, rows.size, 20000):
+                col.add(base[rows[s : s + 20000]], ids=rows[s : s + 20000])
+            self.cols.append(col)
+        self.pool = ThreadPoolExecutor(32)
+
+    def search(self, q, k, **params):
+        from simsearch.pyramid._kernels import merge_topk_dedup
+
+        rs = list(self.pool.map(lambda c: c.search(q, k, **params), self.cols))
+        ids = np.concatenate([r.ids for r in rs], axis=1)
+        sc = np.concatenate([r.scores for r in rs], axis=1)
+        return ss.SearchResult(*merge_topk_dedup(ids, sc, k, self.metric != "l2"))
+
+
+def closed_loop(search, queries, clients: int, seconds: float, cl: Cluster, batch: int = 1):
+    """Queries/s with ``clients`` threads each sending ``batch`` queries per call, and the CPU
+    ms per query of every process involved (servers, coordinator, and this client)."""
+    stop = time.monotonic() + seconds
+    counts = [0] * clients
+    nb = len(queries) // batch
+
+    def worker(t):
+        i = t
+        while time.monotonic() < stop:
+            j = i % nb
+            search(queries[j * batch : (j + 1) * batch])
+            counts[t] += batch
+            i += clients
+
+    cpu0, t0 = cl.cpu_seconds() + time.process_time(), time.monotonic()
+    ths = [threading.Thread(target=worker, args=(t,)) for t in range(clients)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    wall = time.monotonic() - t0
+    n = sum(counts)
+    return n / wall, 1000 * (cl.cpu_seconds() + time.process_time() - cpu0) / max(1, n)
+
+
+def sweep(args) -> None:
+    base, queries, gt = data(args.metric, args.n_base, args.n_queries)
+    sub = {"M": 16, "ef_construction": 100}
+    tmp = Path(tempfile.mkdtemp(prefix="pyrbench-"))
+    cl = Cluster(tmp, args.shards, 1)  # one replica: both schemes use every process equally
+    rows = []
+    try:
+        t0 = time.time()
+        _, col = build(cl, base, args.metric, args.shards, args.n_centers, sub)
+        t_pyr = time.time() - t0
+        t0 = time.time()
+        naive = Naive(cl.shard_addresses, base, args.metric, sub)
+        t_naive = time.time() - t0
+        print(f"built: pyramid {t_pyr:.0f}s, naive {t_naive:.0f}s", flush=True)
+
+        def rec(r):
+            return recall_at_k(r.ids, gt.ids, K, gt_scores=gt.scores, queries=queries,
+                               base=base, metric=args.metric)
+
+        settings = [("pyramid", {"branching": b, "ef": e}) for e in args.ef
+                    for b in args.branching]
+        settings += [("naive", {"ef": e}) for e in args.naive_ef]
+        for scheme, params in settings:
+            target = col if scheme == "pyramid" else naive
+            r = rec(target.search(queries, K, **params))
+            row = {"scheme": scheme, **params, "recall": round(r, 4)}
+            for batch in args.batch:
+                qps, cpu_ms = closed_loop(lambda q, t=target, p=params: t.search(q, K, **p),
+                                          queries, args.clients, args.seconds, cl, batch)
+                row[f"qps_b{batch}"] = round(qps, 1)
+                row[f"cpu_ms_b{batch}"] = round(cpu_ms, 3)
+            print(row, flush=True)
+            rows.append(row)
+    finally:
+        cl.stop()
+    out = {"metric": args.metric, "n_base": args.n_base, "n_queries": args.n_queries,
+           "shards": args.shards, "n_centers": args.n_centers, "clients": args.clients,
+           "seconds": args.seconds, "batch": args.batch,
+           "build_s": {"pyramid": t_pyr, "naive": t_naive},
+           "load": os.getloadavg(), "rows": rows}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"pyramid_sweep_{args.metric}.json").write_text(json.dumps(out, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def stream(col, queries, gt, base, metric, rate, seconds, events, params, baseline):
+    """Open loop at ``rate`` q/s; events: [(t, fn)]. Returns per-query records."""
+    pool = ThreadPoolExecutor(64)
+    recs = []
+    lock = threading.Lock()
+
+    def one(i, t_sched):
+        t0 = time.monotonic()
+        try:
+            r = col.search(queries[i], K, **params)
+            ok = True
+            hit = recall_at_k(r.ids, gt.ids[i : i + 1], K, gt_scores=gt.scores[i : i + 1],
+                              queries=queries[i : i + 1], base=base, metric=metric)
+        except Exception as exc:  # counted as failed
+            ok, hit = False, type(exc).__name__
+        with lock:
+            recs.append({"t": t_sched, "lat": time.monotonic() - t0, "ok": ok, "recall": hit,
+                         "healthy_recall": float(baseline[i])})
+
+    start = time.monotonic()
+    ev = sorted(events)
+    n = int(rate * seconds)
+    for i in range(n):
+        t_sched = i / rate
+        while ev and ev[0][0] <= t_sched:
+            ev.pop(0)[1]()
+        delay = start + t_sched - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        pool.submit(one, i % len(queries), t_sched)
+    pool.shutdown(wait=True)
+    return recs
+
+
+def summarize(recs, lo, hi):
+    sel = [r for r in recs if lo <= r["t"] < hi]
+    ok = [r for r in sel if r["ok"]]
+    lat = np.array([r["lat"] for r in ok]) * 1000
+    return {"queries": len(sel), "failed": len(sel) - len(ok),
+            "recall": round(float(np.mean([r["recall"] for r in ok])), 4) if ok else None,
+            # the same queries answered by the healthy cluster before any fault
+            "healthy_recall": round(float(np.mean([r["healthy_recall"] for r in ok])), 4)
+            if ok else None,
+            "max_ms": round(float(lat.max()), 1) if ok else None,
+            "p50_ms": round(float(np.percentile(lat, 50)), 1) if ok else None,
+            "p99_ms": round(float(np.percentile(lat, 99)), 1) if ok else None}
+
+
+def faults(args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base, queries, gt = data(args.metric, args.n_base, args.n_queries)
+    tmp = Path(tempfile.mkdtemp(prefix="pyrfault-"))
+    cl = Cluster(tmp, 3, 2, "--restart-delay", "2")
+    params = {"branching": 4, "ef": 64}
+    out = {"metric": args.metric, "n_base": args.n_base, "rate": args.rate,
+           "seconds": args.seconds, "load": os.getloadavg()}
+    try:
+        _, col = build(cl, base, args.metric, 3, args.n_centers, {"M": 16, "ef_construction": 100})
+        T = args.seconds
+        healthy = col.search(queries, K, **params)
+        baseline = np.array([recall_at_k(healthy.ids[i : i + 1], gt.ids[i : i + 1], K,
+                                         gt_scores=gt.scores[i : i + 1],
+                                         queries=queries[i : i + 1], base=base,
+                                         metric=args.metric) for i in range(len(queries))])
+        kill_at = T / 4
+        recs_kill = stream(col, queries, gt, base, args.metric, args.rate, T,
+                           [(kill_at, lambda: os.kill(cl.pid("shard-0"), signal.SIGKILL))], params,
+                           baseline)
+        out["sigkill"] = {"before": summarize(recs_kill, 0, kill_at),
+                          "after": summarize(recs_kill, kill_at, T)}
+        print("sigkill", out["sigkill"], flush=True)
+        time.sleep(8)  # let shard 0 rejoin before the next scenario
+        stop_pid = cl.pid("shard-1")
+        recs_stop = stream(col, queries, gt, base, args.metric, args.rate, T,
+                           [(kill_at, lambda: os.kill(stop_pid, signal.SIGSTOP)),
+                            (kill_at + 10, lambda: os.kill(stop_pid, signal.SIGCONT))], params,
+                           baseline)
+        out["sigstop"] = {"healthy": summarize(recs_stop, 0, kill_at),
+                          "stopped": summarize(recs_stop, kill_at, kill_at + 10),
+                          "after": summarize(recs_stop, kill_at + 10, T)}
+        print("sigstop", out["sigstop"], flush=True)
+        time.sleep(3)
+        # writes: single items, SIGKILL a shard part-way; every acknowledged id must be found
+        acked, failed = [], 0
+        rng = np.random.default_rng(1)
+        t_end = time.monotonic() + 12
+        killed = False
+        i = 0
+        while time.monotonic() < t_end:
+            if not killed and time.monotonic() > t_end - 8:
+                os.kill(cl.pid("shard-2"), signal.SIGKILL)
+                killed = True
+            v = base[rng.integers(len(base))] + rng.normal(0, 0.05, 50).astype(np.float32)
+            try:
+                col.add(v[None], ids=[10_000_000 + i])
+                acked.append((10_000_000 + i, v))
+            except Exception:
+                failed += 1
+            i += 1
+        time.sleep(8)  # let the shard restart and catch up
+        lost = 0
+        for id_, v in acked:
+            r = col.search(v, 1, branching=args.n_centers, ef=64)
+            lost += int(r.ids[0, 0] != id_)
+        out["writes_sigkill"] = {"acked": len(acked), "failed_writes": failed,
+                                 "lost_acked": lost, "count_after": len(col)}
+        print("writes", out["writes_sigkill"], flush=True)
+        status = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
+                                 "--data-dir", str(tmp)], capture_output=True, text=True)
+        out["status_after"] = status.stdout
+        print(status.stdout)
+    finally:
+        cl.stop()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"pyramid_faults_{args.metric}.json").write_text(json.dumps(
+        {**out, "recs_kill": recs_kill, "recs_stop": recs_stop}, default=str))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, recs, title, marks in (
+        (axes[0], recs_kill, "SIGKILL shard 0", [kill_at]),
+        (axes[1], recs_stop, "SIGSTOP shard 1 (10 s)", [kill_at, kill_at + 10]),
+    ):
+        done = np.array([r["t"] + r["lat"] for r in recs if r["ok"]])
+        bad = np.array([r["t"] for r in recs if not r["ok"]])
+        bins = np.arange(0, args.seconds + 2, 1.0)
+        ax.plot(bins[:-1], np.histogram(done, bins)[0], label="answered / s")
+        if bad.size:
+            ax.plot(bins[:-1], np.histogram(bad, bins)[0], label="failed / s")
+        lat = [(r["t"], r["lat"] * 1000) for r in recs if r["ok"]]
+        ax2 = ax.twinx()
+        ax2.scatter(*zip(*lat, strict=True), s=2, c="gray", alpha=0.4)
+        ax2.set_ylabel("latency ms (dots)")
+        ax2.set_yscale("log")
+        for m in marks:
+            ax.axvline(m, color="red", ls="--")
+        ax.set_title(title)
+        ax.set_xlabel("s")
+        ax.legend(loc="lower left")
+    fig.tight_layout()
+    Path("docs/img").mkdir(parents=True, exist_ok=True)
+    fig.savefig(f"docs/img/pyramid_faults_{args.metric}.png", dpi=80)
+
+
+def table(paths) -> None:
+    """Markdown tables from sweep JSON files, with the best naive throughput at no lower recall
+    beside each pyramid row."""
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        bs = d.get("batch", [1])
+        print(f"\n{path}: glove-50 {d['metric']}, {d['n_base']} base, {d['n_queries']} queries, "
+              f"{d['shards']} shard processes, {d['n_centers']} centres, {d['clients']} clients, "
+              f"load {d['load'][0]:.1f}\n")
+        head = ["scheme", "K", "ef", "recall@10"]
+        for b in bs:
+            head += [f"q/s (batch {b})", f"CPU ms/q (batch {b})", f"vs naive (batch {b})"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        naive = [r for r in d["rows"] if r["scheme"] == "naive"]
+        for r in d["rows"]:
+            cells = [r["scheme"], str(r.get("branching", "all")), str(r["ef"]),
+                     f"{r['recall']:.3f}"]
+            for b in bs:
+                peers = [n for n in naive if n["recall"] >= r["recall"]]
+                ratio = ""
+                if r["scheme"] == "pyramid" and peers:
+                    best = max(n[f"qps_b{b}"] for n in peers)
+                    ratio = f"{r[f'qps_b{b}'] / best:.2f}x"
+                cells += [f"{r[f'qps_b{b}']:.0f}", f"{r[f'cpu_ms_b{b}']:.2f}", ratio]
+            print("| " + " | ".join(cells) + " |")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.pyramid_bench")
+    sub = p.add_subparsers(dest="mode", required=True)
+    for name in ("sweep", "faults"):
+        s = sub.add_parser(name)
+        s.add_argument("--metric", default="cosine", choices=["cosine", "ip", "l2"])
+        s.add_argument("--n-base", type=int, default=100_000)
+        s.add_argument("--n-queries", type=int, default=500)
+        s.add_argument("--n-centers", type=int, default=256)
+    s = sub.choices["sweep"]
+    s.add_argument("--shards", type=int, default=4)
+    s.add_argument("--branching", type=int, nargs="+", default=[1, 2, 4, 8])
+    s.add_argument("--naive-ef", type=int, nargs="+", default=[16, 32, 64])
+    s.add_argument("--ef", type=int, nargs="+", default=[32, 64], help="pyramid parts' ef")
+    s.add_argument("--clients", type=int, default=8)
+    s.add_argument("--seconds", type=float, default=6.0)
+    s.add_argument("--batch", type=int, nargs="+", default=[1, 50],
+                   help="queries per call (1: per-call overhead dominates; 50: search work)")
+    f = sub.choices["faults"]
+    f.add_argument("--rate", type=float, default=40.0)
+    f.add_argument("--seconds", type=float, default=40.0)
+    t = sub.add_parser("table")
+    t.add_argument("paths", nargs="+")
+    args = p.parse_args(argv)
+    if args.mode == "table":
+        table(args.paths)
+    else:
+        (sweep if args.mode == "sweep" else faults)(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
