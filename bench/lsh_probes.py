@@ -331,6 +331,11 @@ def _plots(doc, groups, d: Path) -> None:
               for (m, b), rs in groups.items() if b in (None, 32)}  # fmt: skip
     plot_recall_qps(series, d / f"lsh-{doc['dataset']}-qps.png",
                     f"{name}: recall vs queries/s (1 thread), 32-bit codes")  # fmt: skip
+    from PIL import Image  # matplotlib's own dependency; a 256-colour palette keeps PNGs small
+
+    for f in (f"lsh-{doc['dataset']}-probes.png", f"lsh-{doc['dataset']}-qps.png"):
+        im = Image.open(d / f).convert("RGB").quantize(256)
+        im.save(d / f, optimize=True)
 
 
 if __name__ == "__main__":
