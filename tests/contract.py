@@ -32,10 +32,66 @@ class Case:
 CASES = [
     Case("flat", lambda d, m, x: ss.FlatIndex(d, m), exact=True, min_recall=1.0),
     # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64
-    Case("hnsw", lambda d, m, x: ss.HNSWIndex(d, m, M=16, ef_construction=100),
-         search_kw={"ef": 64}, min_recall=0.95),
-    Case("nr-lsh", lambda d, m, x: ss.create_index("nr-lsh", d, m, n_bits=16, n_ranges=8), metrics=("ip",), search_kw={"n_probe_items": 600}, min_recall=0.95),  # observed 0.99
-    Case("ipnsw-plus", lambda d, m, x: ss.create_index("ipnsw-plus", d, m, M=16, n_threads=1, progress=False), metrics=("ip",), search_kw={"ef": 64}, min_recall=0.95),  # observed 1.0
-    Case("neq", lambda d, m, x: (i := ss.create_index("neq", d, m, base="pq", n_codebooks=5, nbits=6, keep_vectors=True, progress=False)).train(x) or i, metrics=("ip",), search_kw={"rerank": 100}, min_recall=0.95),  # observed 1.0 (0.87 from the 30-bit scan alone)
-    Case("pyramid", lambda d, m, x: (i := ss.create_index("pyramid", d, m, n_centers=48, n_partitions=4, mips_replicas=40, sub_index="hnsw", M=12, ef_construction=80)).train(x) or i, search_kw={"branching": 6, "ef": 64}, min_recall=0.95),  # observed 1.0 / 1.0 / 0.99 (ip/cosine/l2)
+    Case(
+        "hnsw",
+        lambda d, m, x: ss.HNSWIndex(d, m, M=16, ef_construction=100),
+        search_kw={"ef": 64},
+        min_recall=0.95,
+    ),
+    Case(
+        "nr-lsh",
+        lambda d, m, x: ss.create_index("nr-lsh", d, m, n_bits=16, n_ranges=8),
+        metrics=("ip",),
+        search_kw={"n_probe_items": 600},
+        min_recall=0.95,
+    ),  # observed 0.99
+    Case(
+        "ipnsw-plus",
+        lambda d, m, x: ss.create_index("ipnsw-plus", d, m, M=16, n_threads=1, progress=False),
+        metrics=("ip",),
+        search_kw={"ef": 64},
+        min_recall=0.95,
+    ),  # observed 1.0
+    Case(
+        "neq",
+        lambda d, m, x: (
+            (
+                i := ss.create_index(
+                    "neq",
+                    d,
+                    m,
+                    base="pq",
+                    n_codebooks=5,
+                    nbits=6,
+                    keep_vectors=True,
+                    progress=False,
+                )
+            ).train(x)
+            or i
+        ),
+        metrics=("ip",),
+        search_kw={"rerank": 100},
+        min_recall=0.95,
+    ),  # observed 1.0 (0.87 from the 30-bit scan alone)
+    Case(
+        "pyramid",
+        lambda d, m, x: (
+            (
+                i := ss.create_index(
+                    "pyramid",
+                    d,
+                    m,
+                    n_centers=48,
+                    n_partitions=4,
+                    mips_replicas=40,
+                    sub_index="hnsw",
+                    M=12,
+                    ef_construction=80,
+                )
+            ).train(x)
+            or i
+        ),
+        search_kw={"branching": 6, "ef": 64},
+        min_recall=0.95,
+    ),  # observed 1.0 / 1.0 / 0.99 (ip/cosine/l2)
 ]

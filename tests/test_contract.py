@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 import pytest
-from contract import CASES, Case
 
 import simsearch as ss
+from contract import CASES, Case
 from simsearch import errors
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
@@ -65,8 +65,9 @@ def test_recall_and_ordering(case, metric, data, oracle):
     assert r.ids.shape == (len(queries), K) and r.ids.dtype == np.int64
     assert r.scores.shape == (len(queries), K) and r.scores.dtype == np.float32
     o = oracle[metric]
-    rec = recall_at_k(r.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base,
-                      metric=metric)
+    rec = recall_at_k(
+        r.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base, metric=metric
+    )
     assert rec >= case.min_recall, f"recall@{K}={rec:.3f} < {case.min_recall}"
     # best first
     d = np.diff(r.scores, axis=1)

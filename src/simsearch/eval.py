@@ -59,7 +59,9 @@ def recall_at_k(
         good &= ids >= 0
         # count each id once
         srt = np.sort(np.where(good, ids, -1), axis=1)
-        distinct = np.concatenate([srt[:, :1] >= 0, (srt[:, 1:] != srt[:, :-1]) & (srt[:, 1:] >= 0)], 1)
+        distinct = np.concatenate(
+            [srt[:, :1] >= 0, (srt[:, 1:] != srt[:, :-1]) & (srt[:, 1:] >= 0)], 1
+        )
         hits = np.minimum(distinct.sum(1), k)
     else:
         gt = gt_ids[:, :k]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from typing import Any
 
 import hnswlib
 import numpy as np
@@ -80,7 +79,12 @@ class HNSWIndex(Index):
         capacity = check_int("capacity", capacity, 1)
         seed = check_int("seed", seed, 0)
         super().__init__(
-            dim, metric, M=M, ef_construction=ef_construction, capacity=capacity, seed=seed,
+            dim,
+            metric,
+            M=M,
+            ef_construction=ef_construction,
+            capacity=capacity,
+            seed=seed,
             n_threads=n_threads,
         )
         self._hnsw = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)

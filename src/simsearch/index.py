@@ -103,8 +103,12 @@ def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors"
     """Convert to C-contiguous float32 (n, dim), checking shape, finiteness and (for cosine)
     non-zero norm over the whole batch. A 1-D input of length ``dim`` becomes one row."""
     if (
-        type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2 and x.shape[1] == dim
-        and x.flags.c_contiguous and metric != "cosine"
+        type(x) is np.ndarray
+        and x.dtype == np.float32
+        and x.ndim == 2
+        and x.shape[1] == dim
+        and x.flags.c_contiguous
+        and metric != "cosine"
         and math.isfinite(x.sum(dtype=np.float64))  # exact: a float64 sum of float32 can't overflow
     ):
         return x  # fast path for the common, already well-formed batch
@@ -194,7 +198,8 @@ _REGISTRY: dict[str, type[Index]] = {}
 _KIND_MODULES = {
     "flat": "simsearch.flat",
     "hnsw": "simsearch.hnsw",
-    "nr-lsh": "simsearch.lsh", "simple-lsh": "simsearch.lsh",
+    "nr-lsh": "simsearch.lsh",
+    "simple-lsh": "simsearch.lsh",
     "ipnsw-plus": "simsearch.graph.ipnsw_plus",
     "neq": "simsearch.quant",
     "pyramid": "simsearch.pyramid",
@@ -217,7 +222,7 @@ def index_class(kind: str) -> type[Index]:
         importlib.import_module(_KIND_MODULES[kind])
     if kind not in _REGISTRY:
         raise InvalidParameterError(
-            f"unknown index kind {kind!r}; known kinds: {sorted(set(_KIND_MODULES) | set(_REGISTRY))}"
+            f"unknown index kind {kind!r}; known kinds: {index_kinds()}"
         )
     return _REGISTRY[kind]
 
@@ -290,7 +295,9 @@ class Index:
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before add()")
             if ids is None:
-                ids = np.arange(self._idset.next_id, self._idset.next_id + x.shape[0], dtype=np.int64)
+                ids = np.arange(
+                    self._idset.next_id, self._idset.next_id + x.shape[0], dtype=np.int64
+                )
             else:
                 ids = as_id_array(ids)
                 if ids.shape[0] != x.shape[0]:
@@ -348,7 +355,7 @@ class Index:
             return int(ids.size)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the index atomically: temporary file, fsync, rename. Readers never see half a file."""
+        """Write the index atomically (temporary file, fsync, rename): never half a file."""
         with self._write_lock:
             meta, arrays = self._get_state()
             arrays = dict(arrays)
@@ -412,7 +419,9 @@ _TRAILER = struct.Struct("<I8s")
 _ALIGN = 64
 
 
-def _atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+def atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+    """Write a file through ``write(fileobj)`` under a temporary name, fsync, rename, fsync the
+    directory: readers see the old file or the whole new one, never a part."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
@@ -463,11 +472,11 @@ def write_index_file(path: str | os.PathLike, header: dict, arrays: dict[str, np
             pos = entry["offset"] + buf.nbytes
         f.write(_TRAILER.pack(crc, END_MAGIC))
 
-    _atomic_write(Path(path), write)
+    atomic_write(Path(path), write)
 
 
 def read_index_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and verify a file written by :func:`write_index_file`; CorruptIndexError on any damage."""
+    """Read and verify a file of :func:`write_index_file`; CorruptIndexError on any damage."""
     path = Path(path)
     try:
         size = path.stat().st_size
