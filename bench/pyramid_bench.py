@@ -304,11 +304,22 @@ def faults(args) -> None:
             i += 1
         time.sleep(8)  # let the shard restart and catch up
         lost = 0
-        for id_, v in acked:
-            r = col.search(v, 1, branching=args.n_centers, ef=64)
-            lost += int(r.ids[0, 0] != id_)
+        for id_, v in acked:  # through the coordinator: every part asked, the id in the top 10
+            r = col.search(v, 10, branching=args.n_centers, ef=128)
+            lost += int(id_ not in r.ids[0])
+        # on the shards themselves: every acknowledged id on every replica of its part (cosine:
+        # no MIPS copies, so each id must be found exactly `replicas` times)
+        ack_ids = np.array([i for i, _ in acked], np.int64)
+        per_replica = {}
+        for a in cl.shard_addresses:
+            c = ss.connect(a, timeout=60)
+            for name in c.list_collections():
+                per_replica[f"{a}/{name}"] = c.collection(name).remove(ack_ids, missing_ok=True)
         out["writes_sigkill"] = {"acked": len(acked), "failed_writes": failed,
-                                 "lost_acked": lost, "count_after": len(col)}
+                                 "not_found_via_coordinator": lost, "count_after": len(col),
+                                 "acked_ids_found_per_replica": per_replica,
+                                 "replica_copies_found": int(sum(per_replica.values())),
+                                 "replica_copies_expected": 2 * len(acked)}
         print("writes", out["writes_sigkill"], flush=True)
         status = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
                                  "--data-dir", str(tmp)], capture_output=True, text=True)

@@ -90,13 +90,15 @@ class ShardPool:
         self._lock = threading.RLock()
         self._lat: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=256))
-        self._hedge_tokens = 5.0
+        self._hedge_tokens = 10.0
         self.hedge_fraction = hedge_fraction
         self.hedges = 0
         self.executor = ThreadPoolExecutor(64, thread_name_prefix="pyramid-rpc")
         self.health_interval = health_interval
         self._stop = threading.Event()
         self._recovering: set[int] = set()
+        self.slow_until: dict[int, float] = {}  # shard -> until when reads prefer its peers
+        self.slow_penalty = 1.0
         for sid in self.clients:  # first look: serve from whoever is up now
             self.up[sid] = self._probe(sid)
         self._watcher = threading.Thread(target=self._watch, name="pyramid-health", daemon=True)
@@ -171,7 +173,7 @@ class ShardPool:
     def record(self, name: str, seconds: float) -> None:
         self._lat[name].append(seconds)
         with self._lock:  # every primary call earns a fraction of a hedge
-            self._hedge_tokens = min(10.0, self._hedge_tokens + self.hedge_fraction)
+            self._hedge_tokens = min(20.0, self._hedge_tokens + self.hedge_fraction)
 
     def hedge_delay(self, name: str) -> float:
         lat = self._lat[name]
@@ -291,6 +293,8 @@ class RemotePart:
             raise PartUnavailableError(f"no in-sync replica of {self.name} is up")
         self._rr += 1
         cands = cands[self._rr % len(cands):] + cands[: self._rr % len(cands)]
+        now = time.monotonic()  # replicas that just lost a hedge race go last for a while
+        cands.sort(key=lambda s: pool.slow_until.get(s, 0.0) > now)
         deadline = DEADLINE.get()
         if deadline is not None:  # leave the coordinator time to merge and answer
             deadline -= min(0.05, 0.1 * max(0.0, deadline - time.monotonic()))
@@ -330,8 +334,10 @@ class RemotePart:
             with lock:
                 done.clear()
                 results = list(box)
-            for _sid, out in results:
+            for sid, out in results:
                 if isinstance(out, SearchResult):
+                    if sid != started[0]:  # the hedge won: avoid the straggler for a while
+                        pool.slow_until[started[0]] = time.monotonic() + pool.slow_penalty
                     return out
             for sid, out in results:
                 code = _code(out) if hasattr(out, "code") else "UNKNOWN"
