@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--encoder", help="load this saved encoder instead of training")
     ap.add_argument("--epochs", type=int, default=None, help="override the default epochs")
     ap.add_argument("--n-train", type=int, default=None, help="override the training sample")
-    ap.add_argument("--channels", type=int, default=8, help="convolution channels")
+    ap.add_argument("--channels", type=int, default=None, help="convolution channels")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "strings"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

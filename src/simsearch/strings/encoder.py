@@ -29,7 +29,9 @@ class CNNEDEncoder:
     embed_dim : embedding dimension (paper: 128).
     n_layers : number of [conv -> pool] layers; None follows ``max_len``
         (:func:`default_n_layers`: 1 for words, 6 for length 1,024).
-    channels : convolution channels (paper: 8).
+    channels : convolution channels; None: 8 (the paper's) in the per-character layout of
+        shallow stacks, 32 in the channel-input layout of deep ones (see ``CNNEDNet``), where
+        8 channels would have to describe all characters at once.
     seed : seeds the weights, the triplet sampling and the validation split.
 
     Training and encoding are deterministic on the CPU for a given seed and thread count; they
@@ -38,16 +40,18 @@ class CNNEDEncoder:
     """
 
     def __init__(self, alphabet: str | None = None, max_len: int = 32, embed_dim: int = 128,
-                 n_layers: int | None = None, channels: int = 8, seed: int = 0):
+                 n_layers: int | None = None, channels: int | None = None, seed: int = 0):
         self.max_len = check_int("max_len", max_len, 1, 1 << 16)
         self.embed_dim = check_int("embed_dim", embed_dim, 1, 1 << 14)
-        self.channels = check_int("channels", channels, 1, 1024)
         self.seed = check_int("seed", seed, 0)
         if n_layers is None:
             from .model import default_n_layers
 
             n_layers = default_n_layers(self.max_len)
         self.n_layers = check_int("n_layers", n_layers, 1, 16)
+        if channels is None:  # the paper's 8 per character row; 32 shared channels when deep
+            channels = 8 if self.n_layers <= 2 else 32
+        self.channels = check_int("channels", channels, 1, 1024)
         self.alphabet = Alphabet(alphabet) if alphabet is not None else None
         self.mean_distance: float | None = None  # the training set's mean edit distance
         self.report = None  # TrainReport of the last fit()
