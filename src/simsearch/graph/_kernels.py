@@ -14,42 +14,11 @@ needs clearing between queries. Every search returns its number of distance comp
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from .._numba_util import prefetch as _prefetch
 
 TAG_LIMIT = 2**31 - 8  # a visited array is zeroed when its tag would pass this
-
-
-@intrinsic
-def _prefetch(typingctx, arr, i, j):
-    """Hint the CPU to bring the cache line holding arr[i, j] (2-D) or arr[i] (1-D, j unused)
-    into cache, as hnswlib does with the next neighbour's vector and visited mark."""
-    if not (isinstance(arr, types.Array) and arr.ndim in (1, 2)
-            and isinstance(i, types.Integer) and isinstance(j, types.Integer)):  # fmt: skip
-        return None
-
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        inds = [context.cast(builder, args[1], sig.args[1], types.intp)]
-        if aryty.ndim == 2:
-            inds.append(context.cast(builder, args[2], sig.args[2], types.intp))
-        ptr = cgutils.get_item_pointer2(
-            context, builder, data=ary.data, shape=cgutils.unpack_tuple(builder, ary.shape),
-            strides=cgutils.unpack_tuple(builder, ary.strides), layout=aryty.layout, inds=inds,
-            wraparound=False, boundscheck=False,
-        )
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read, high temporal locality, data cache
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])  # fmt: skip
-        return context.get_dummy_value()
-
-    return types.void(arr, i, j), codegen
 
 
 @njit(cache=True, inline="always")
