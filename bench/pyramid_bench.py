@@ -307,6 +307,10 @@ def faults(args) -> None:
         for id_, v in acked:  # through the coordinator: every part asked, the id in the top 10
             r = col.search(v, 10, branching=args.n_centers, ef=128)
             lost += int(id_ not in r.ids[0])
+        status = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
+                                 "--data-dir", str(tmp)], capture_output=True, text=True)
+        out["status_after"] = status.stdout
+        print(status.stdout)
         # on the shards themselves: every acknowledged id on every replica of its part (cosine:
         # no MIPS copies, so each id must be found exactly `replicas` times)
         ack_ids = np.array([i for i, _ in acked], np.int64)
@@ -321,10 +325,6 @@ def faults(args) -> None:
                                  "replica_copies_found": int(sum(per_replica.values())),
                                  "replica_copies_expected": 2 * len(acked)}
         print("writes", out["writes_sigkill"], flush=True)
-        status = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
-                                 "--data-dir", str(tmp)], capture_output=True, text=True)
-        out["status_after"] = status.stdout
-        print(status.stdout)
     finally:
         cl.stop()
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -118,3 +118,25 @@ def test_deadline_gives_partial_results_and_status(cluster_factory, data):
     ss.connect(cl.coordinator, timeout=60).drop_collection("docs")
     shard0 = ss.connect(json.loads((cl.dir / "cluster.json").read_text())["shards"][0]["address"])
     assert shard0.list_collections() == []
+
+
+def test_shard_that_lost_its_directory_is_rebuilt_from_a_replica(cluster_factory, data):
+    import shutil
+
+    base, queries = data
+    cl = cluster_factory(3, 2, "--restart-delay", "3")
+    col = ss.connect(cl.coordinator, timeout=60).create_collection(
+        "docs", DIM, "l2", "pyramid", **PARAMS)
+    col.train(base)
+    col.add(base)
+    want = col.search(queries, K, branching=24).ids
+    old = cl.shard_pid(0)
+    cl.signal_shard(0, signal.SIGKILL)
+    shutil.rmtree(cl.dir / "shard-0")  # before the supervisor restarts it (3 s)
+    wait_until(lambda: cl.shard_pid(0) != old)
+    shard0 = ss.connect(json.loads((cl.dir / "cluster.json").read_text())["shards"][0]["address"])
+    wait_until(lambda: sorted(shard0.list_collections()) == ["docs.p0", "docs.p2"])
+    wait_until(lambda: len(shard0.collection("docs.p0")) > 0)
+    cl.signal_shard(1, signal.SIGKILL)  # part 0 now has only shard 0's rebuilt copy
+    for _ in range(3):
+        np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
