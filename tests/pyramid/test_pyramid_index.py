@@ -147,6 +147,10 @@ def test_save_load_remove_and_incremental_adds(data, tmp_path):
     p.add(base[:1000])
     p.add(base[1000:])  # MIPS lists updated incrementally
     p.remove(np.arange(0, 3000, 7))
+    refs, counts = p._refs, p._counts.copy()  # incremental bookkeeping = a full recount
+    p._rebuild_refs()
+    assert p._refs == refs and (counts == p.part_sizes()).all()
+    assert p._copies == {i: set(d) for i, d in refs.items()}
     p.save(tmp_path / "p.idx")
     q = ss.load(tmp_path / "p.idx")
     a, b = p.search(queries, K, branching=5), q.search(queries, K, branching=5)

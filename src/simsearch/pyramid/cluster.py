@@ -507,6 +507,10 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"{map_path} describes {len(old['shards'])} shards x {old['replicas']} replicas; "
               "use the same --shards/--replicas or a new --data-dir", file=sys.stderr)
         return 2
+    if args.coordinators != 1:  # the router lives in the coordinator's store (single writer)
+        print("--coordinators: only 1 is supported so far (see docs/cluster.md, Limits)",
+              file=sys.stderr)
+        return 2
     if args.replicas > args.shards or args.replicas < 1:
         print("--replicas must be in [1, --shards]", file=sys.stderr)
         return 2
@@ -615,7 +619,7 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start shard servers and coordinators on loopback")
     up.add_argument("--shards", type=int, default=3)
     up.add_argument("--replicas", type=int, default=2)
-    up.add_argument("--coordinators", type=int, default=1)
+    up.add_argument("--coordinators", type=int, default=1, help="1 (the only value so far)")
     up.add_argument("--data-dir", required=True)
     up.add_argument("--port", type=int, default=0, help="first coordinator port (0: free port)")
     up.add_argument("--threads", type=int, default=1, help="search threads per process")

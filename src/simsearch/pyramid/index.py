@@ -295,6 +295,7 @@ class PyramidIndex(Index):
             self.meta = self._build_meta(centres)
         self.parts = self._new_parts()
         self._home, self._copies = {}, {}
+        self._refs: dict[int, dict[int, int]] = {}  # id -> {part: centres there listing it}
         self._counts = np.zeros(self.n_parts, np.int64)
         r = self._params["mips_replicas"] if self.uses_mips_copies else 0
         self._topr_ids = np.full((centres.shape[0], r), -1, np.int64)
@@ -332,27 +333,41 @@ class PyramidIndex(Index):
                 t_scores, t_ids = all_s, all_i
         row_of = {int(i): j for j, i in enumerate(ids.tolist())}
         new_home = dict(zip(ids.tolist(), home.tolist(), strict=True))
-        want = self._wanted_copies(t_ids, lambda i: new_home.get(i, self._home.get(i)))
-        have = {(p, i) for i, ps in self._copies.items() for p in ps}
-        add_pairs = sorted(want - have)
-        drop_pairs = sorted(have - want)
+        # only the lists that changed can change the copies: count, per (item, part), how many
+        # of the part's centres list the item (a copy lives while the count is > 0)
+        old = self._topr_ids
+        changed = np.flatnonzero((np.sort(old, 1) != np.sort(t_ids, 1)).any(1))
+        delta: dict[tuple[int, int], int] = {}
+        for c in changed.tolist():
+            p = int(self.part_of_centre[c])
+            o, n = set(old[c].tolist()), set(t_ids[c].tolist())
+            for i, d in [(i, 1) for i in n - o] + [(i, -1) for i in o - n]:
+                if i >= 0 and new_home.get(i, self._home.get(i)) != p:
+                    delta[(i, p)] = delta.get((i, p), 0) + d
+        add_pairs, drop_pairs = [], []
+        for (i, p), d in sorted(delta.items()):
+            before = self._refs.get(i, {}).get(p, 0)
+            if before == 0 and before + d > 0:
+                add_pairs.append((p, i))
+            elif before > 0 and before + d == 0:
+                drop_pairs.append((p, i))
         adds: dict[int, list[int]] = {}
         for p, i in add_pairs:
             adds.setdefault(p, []).append(row_of[i])  # only batch items can newly enter a list
         drops: dict[int, list[int]] = {}
         for p, i in drop_pairs:
             drops.setdefault(p, []).append(i)
-        return home, sorted(adds.items()), sorted(drops.items()), (t_ids, t_scores)
+        return home, sorted(adds.items()), sorted(drops.items()), (t_ids, t_scores, delta)
 
-    def _wanted_copies(self, t_ids: np.ndarray, home_of) -> set[tuple[int, int]]:
-        cp = np.repeat(self.part_of_centre, t_ids.shape[1])
-        flat = t_ids.ravel()
-        ok = flat >= 0
-        out = set()
-        for p, i in zip(cp[ok].tolist(), flat[ok].tolist(), strict=True):
-            if home_of(i) != p:
-                out.add((p, i))
-        return out
+    def _rebuild_refs(self) -> None:
+        """Recount (item, part) list memberships from the MIPS lists (after load)."""
+        self._refs = {}
+        r = self._topr_ids.shape[1]
+        for p, i in zip(np.repeat(self.part_of_centre, r).tolist(), self._topr_ids.ravel().tolist(),
+                        strict=True):
+            if i >= 0 and self._home[i] != p:
+                d = self._refs.setdefault(i, {})
+                d[p] = d.get(p, 0) + 1
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
         home, copy_adds, copy_drops, topr = self.plan_add(x, ids)
@@ -368,6 +383,11 @@ class PyramidIndex(Index):
             jobs.append((p, "remove", (np.asarray(drop, np.int64),)))
         self._run_writes(jobs)
         self._home.update(zip(ids.tolist(), home.tolist(), strict=True))
+        self._counts += np.bincount(home, minlength=self.n_parts)
+        for p, rows in copy_adds:
+            self._counts[p] += len(rows)
+        for p, drop in copy_drops:
+            self._counts[p] -= len(drop)
         for p, rows in copy_adds:
             for r_ in rows:
                 self._copies.setdefault(int(ids[r_]), set()).add(p)
@@ -379,8 +399,14 @@ class PyramidIndex(Index):
                     if not s:
                         del self._copies[i]
         if topr is not None:
-            self._topr_ids, self._topr_scores = topr
-        self._counts = self.part_sizes()
+            self._topr_ids, self._topr_scores, delta = topr
+            for (i, p), d in delta.items():
+                refs = self._refs.setdefault(i, {})
+                refs[p] = refs.get(p, 0) + d
+                if refs[p] == 0:
+                    del refs[p]
+                if not refs:
+                    del self._refs[i]
 
     def _run_writes(self, jobs: list) -> None:
         def run(job):
@@ -403,14 +429,16 @@ class PyramidIndex(Index):
                 by_part.setdefault(p, []).append(i)
         self._run_writes([(p, "remove", (np.asarray(v, np.int64),))
                           for p, v in sorted(by_part.items())])
+        for p, v in by_part.items():
+            self._counts[p] -= len(v)
         for i in ids.tolist():
             del self._home[i]
             self._copies.pop(i, None)
+            self._refs.pop(i, None)
         if self._topr_ids is not None and self._topr_ids.size:
             gone = np.isin(self._topr_ids, ids)
             self._topr_ids[gone] = -1
             self._topr_scores[gone] = -np.inf
-        self._counts = self.part_sizes()
 
     # -- search -----------------------------------------------------------------------------
 
@@ -535,6 +563,7 @@ class PyramidIndex(Index):
         for i, p in arrays["copies"].reshape(-1, 2).tolist():
             self._copies.setdefault(i, set()).add(p)
         self._counts = self.part_sizes()
+        self._rebuild_refs()
         if meta.get("remote") or _parts_factory is not None:
             return
         for j, (part, sm) in enumerate(zip(self.parts, meta["subs"], strict=True)):
