@@ -72,8 +72,13 @@ class ShardPool:
     """Connections to the shard servers of a cluster map, their health and replica state."""
 
     def __init__(self, cluster_dir: str | os.PathLike, timeout: float = 30.0,
-                 health_interval: float = 0.2, hedge_fraction: float = 0.1):
-        from ..service.client import connect
+                 health_interval: float = 0.2, hedge_fraction: float = 0.1,
+                 token: str | None = None, tls_ca: str | None = None):
+        from functools import partial
+
+        from ..service.client import connect as _connect
+
+        connect = partial(_connect, token=token, tls_ca=tls_ca)  # shards behind auth / TLS
 
         self.dir = Path(cluster_dir)
         self.map_path = self.dir / "cluster.json"
@@ -456,11 +461,18 @@ def run_coordinator(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     with thread_limit(args.threads):
-        _POOL = ShardPool(args.cluster_dir, health_interval=args.health_interval)
+        token = Path(args.shard_token_file).read_text().strip() if args.shard_token_file \
+            else None
+        _POOL = ShardPool(args.cluster_dir, health_interval=args.health_interval, token=token,
+                          tls_ca=args.shard_tls_ca)
         set_parts_factory(_POOL.make_parts)
         store = _coordinator_store_classes()(args.data_dir)
-        running = create_server(args.data_dir, args.port, args.host, store=store,
-                                workers=args.workers, max_concurrent_rpcs=None)
+        from ..service.auth import load_tokens
+
+        running = create_server(
+            args.data_dir, args.port, args.host, store=store, workers=args.workers,
+            max_concurrent_rpcs=None, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            tokens=load_tokens(args.tokens_file) if args.tokens_file else None)
         print(f"simsearch coordinator: serving on {args.host}:{running.port}", flush=True)
         if args.ready_file:
             _write_ready_file(args.ready_file, {"port": running.port, "pid": os.getpid()})
@@ -640,6 +652,11 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     co.add_argument("--threads", type=int, default=1)
     co.add_argument("--health-interval", type=float, default=0.2)
     co.add_argument("--log-level", default="INFO")
+    co.add_argument("--tokens-file", help="bearer tokens for clients (as `simsearch serve`)")
+    co.add_argument("--tls-cert", help="PEM certificate chain; with --tls-key serves TLS only")
+    co.add_argument("--tls-key")
+    co.add_argument("--shard-token-file", help="a file holding the read-write token for shards")
+    co.add_argument("--shard-tls-ca", help="PEM CA of the shards' TLS certificates")
     co.set_defaults(func=run_coordinator)
     return p
 
