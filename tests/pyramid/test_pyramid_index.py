@@ -112,11 +112,12 @@ def test_exact_parts_with_all_parts_equal_flat(metric, data):
         assert np.unique(row).size == row.size
 
 
-def test_partition_balanced_within_metis_tolerance(data):
+@pytest.mark.parametrize("metric", ["l2", "cosine"])  # cosine: similarity edge weights too
+def test_partition_balanced_within_metis_tolerance(data, metric):
     base, _ = data
-    p = make("l2", n_centers=64, n_partitions=4)
+    p = make(metric, n_centers=64, n_partitions=4)
     p.train(base)
-    sizes = np.bincount(p._nearest_centre(base), minlength=64) + 1
+    sizes = np.bincount(p._nearest_centre(p._centre_space(base)), minlength=64) + 1
     weight = np.bincount(p.part_of_centre, weights=sizes, minlength=4)
     # METIS' default imbalance tolerance is 3% (ufactor 30); a vertex is never split
     assert weight.max() <= 1.03 * weight.sum() / 4 + sizes.max()
@@ -171,6 +172,15 @@ def test_save_load_remove_and_incremental_adds(data, tmp_path):
     for s in range(0, 3000, 500):
         p3.add(base[s:s + 500])
     assert p2._copies == p3._copies
+
+
+def test_similarity_edge_weights():
+    from simsearch.pyramid.index import similarity_edge_weights
+
+    c = np.eye(3, dtype=np.float32)[[0, 0, 1]]  # centres 0 and 1 coincide, 2 is orthogonal
+    xadj, adj = np.array([0, 2, 4, 6]), np.array([1, 2, 0, 2, 0, 1])
+    w = similarity_edge_weights(xadj, adj, c, 0.1)
+    assert w.tolist() == [1000, 1, 1000, 1, 1, 1]
 
 
 def test_validation():
