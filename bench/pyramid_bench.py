@@ -356,6 +356,43 @@ def faults(args) -> None:
     fig.savefig(f"docs/img/pyramid_faults_{args.metric}.png", dpi=80)
 
 
+def routing(args) -> None:
+    """In process, exact (flat) parts: recall@10 and parts asked per query against K, so the
+    routing alone is measured (no sub-index error, no network)."""
+    from simsearch.eval import thread_limit
+    from simsearch.pyramid import PyramidIndex
+
+    base, queries, gt = data(args.metric, args.n_base, args.n_queries)
+    rows = []
+    with thread_limit(1):
+        for tau in args.edge_tau:
+            for m in args.n_centers_list:
+                t0 = time.time()
+                p = PyramidIndex(50, args.metric, n_centers=m, n_partitions=args.parts,
+                                 sub_index="flat", edge_tau=tau)
+                p.train(base)
+                p.add(base)
+                build = time.time() - t0
+                for b in args.branching:
+                    r = p.search(queries, K, branching=b)
+                    rec = recall_at_k(r.ids, gt.ids, K, gt_scores=gt.scores, queries=queries,
+                                      base=base, metric=args.metric)
+                    row = {"edge_tau": tau, "n_centers": m, "K": b, "recall": round(rec, 4),
+                           "parts_per_query": round(float(p.route(queries, b).sum(1).mean()), 2),
+                           "build_s": round(build, 1)}
+                    print(row, flush=True)
+                    rows.append(row)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"pyramid_routing_{args.metric}.json").write_text(json.dumps(
+        {"metric": args.metric, "n_base": args.n_base, "parts": args.parts, "rows": rows},
+        indent=1))
+    print("\n| edge_tau | centres | K | recall@10 (exact parts) | parts asked / query |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['edge_tau']} | {r['n_centers']} | {r['K']} | {r['recall']:.3f} | "
+              f"{r['parts_per_query']:.2f} |")
+
+
 def table(paths) -> None:
     """Markdown tables from sweep JSON files, with the best naive throughput at no lower recall
     beside each pyramid row."""
@@ -405,11 +442,21 @@ def main(argv=None) -> int:
     f = sub.choices["faults"]
     f.add_argument("--rate", type=float, default=40.0)
     f.add_argument("--seconds", type=float, default=40.0)
+    r = sub.add_parser("routing")
+    r.add_argument("--metric", default="cosine", choices=["cosine", "ip", "l2"])
+    r.add_argument("--n-base", type=int, default=200_000)
+    r.add_argument("--n-queries", type=int, default=500)
+    r.add_argument("--n-centers-list", type=int, nargs="+", default=[512])
+    r.add_argument("--parts", type=int, default=8)
+    r.add_argument("--branching", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    r.add_argument("--edge-tau", type=float, nargs="+", default=[0.0, 0.1])
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     args = p.parse_args(argv)
     if args.mode == "table":
         table(args.paths)
+    elif args.mode == "routing":
+        routing(args)
     else:
         (sweep if args.mode == "sweep" else faults)(args)
     return 0
