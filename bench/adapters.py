@@ -305,6 +305,9 @@ def make_adapter(name: str, metric: str, **build_params: Any) -> Adapter:
     return cls(metric, **build_params)
 
 
-from . import adapters_lsh  # noqa: E402,F401  (registers the LSH adapters)
-from . import adapters_graph  # noqa: E402,F401  (registers the ip-NSW+ adapters)
-from . import adapters_quant  # noqa: E402,F401  (registers the NEQ / faiss quantizer adapters)
+# Algorithm families register their adapters in ADAPTERS on import.
+from . import (  # noqa: E402, F401
+    adapters_graph,  # ip-NSW+
+    adapters_lsh,  # Simple-LSH, Norm-Ranging LSH, faiss IndexLSH + re-rank
+    adapters_quant,  # NEQ, faiss quantizers + re-rank
+)
