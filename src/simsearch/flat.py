@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from ._kernels import topk_rows
 from .index import Index, SearchResult, normalize_rows, pad_score, register
 
 # Rows of the score matrix computed at once: bounds memory at ~256 MB per block.
@@ -15,33 +16,17 @@ _BLOCK_ELEMENTS = 1 << 26
 def topk_from_scores(
     scores: np.ndarray, k: int, higher_is_better: bool, ids: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k columns per row of a (b, n) score block, best first; ties broken by smaller column
-    (or smaller id). Returns (positions or ids int64 (b, k), scores float32 (b, k)), padded when
-    n < k."""
-    b, n = scores.shape
-    key = -scores if higher_is_better else scores
-    kk = min(k, n)
-    if kk < n:
-        part = np.argpartition(key, kk - 1, axis=1)[:, :kk]
-        # argpartition picks arbitrarily among items tied with the k-th; redo those rows so
-        # ties always resolve to the smaller column (or id), making the oracle deterministic.
-        kth = np.take_along_axis(key, part, axis=1).max(axis=1, keepdims=True)
-        straddle = (key == kth).sum(1) > (np.take_along_axis(key, part, axis=1) == kth).sum(1)
-        for r in np.flatnonzero(straddle):
-            cand = np.flatnonzero(key[r] <= kth[r, 0])
-            tb = cand if ids is None else ids[cand]
-            part[r] = cand[np.lexsort((tb, key[r, cand]))[:kk]]
-    else:
-        part = np.broadcast_to(np.arange(n), (b, n))
-    part_key = np.take_along_axis(key, part, axis=1)
-    tiebreak = part if ids is None else ids[part]
-    order = np.lexsort((tiebreak, part_key), axis=1)
-    pos = np.take_along_axis(part, order, axis=1)
-    out_ids = np.full((b, k), -1, np.int64)
-    out_scores = np.full((b, k), -np.inf if higher_is_better else np.inf, np.float32)
-    out_ids[:, :kk] = pos if ids is None else ids[pos]
-    out_scores[:, :kk] = np.take_along_axis(scores, pos, axis=1)
-    return out_ids, out_scores
+    """Top-k columns per row of a (b, n) score block, best first; ties broken by the smaller
+    column (or id), so the oracle is deterministic. Returns (columns or ids int64 (b, k),
+    scores float32 (b, k)), padded with -1 / worst score when n < k."""
+    tiebreak = np.arange(scores.shape[1], dtype=np.int64) if ids is None else ids
+    pos, out = topk_rows(
+        np.ascontiguousarray(scores, np.float32), k, 1.0 if higher_is_better else -1.0, tiebreak
+    )
+    out[pos < 0] = -np.inf if higher_is_better else np.inf
+    if ids is not None:
+        pos = np.where(pos >= 0, ids[np.maximum(pos, 0)], -1)
+    return pos, out
 
 
 def exact_scores(q: np.ndarray, x: np.ndarray, metric: str, x_sqnorms: np.ndarray | None = None):
