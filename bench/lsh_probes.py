@@ -102,6 +102,15 @@ class Store:
         tmp.replace(self.path)
 
 
+def load_dataset(a) -> datasets.Dataset:
+    """The dataset named by the LSH scripts' --dataset / --n / --n-queries options."""
+    if a.dataset == "synthetic-longtail":
+        return datasets.load(a.dataset, n=a.n, dim=64, n_queries=a.n_queries, seed=0)
+    if a.dataset == "glove-50":
+        return datasets.load(a.dataset, n_queries=a.n_queries)
+    return datasets.load(a.dataset)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--dataset", default="synthetic-longtail")
@@ -125,12 +134,7 @@ def main(argv=None):
         report(out, a.img)
         return
 
-    if a.dataset == "synthetic-longtail":
-        ds = datasets.load(a.dataset, n=a.n, dim=64, n_queries=a.n_queries, seed=0)
-    elif a.dataset == "glove-50":
-        ds = datasets.load(a.dataset, n_queries=a.n_queries)
-    else:
-        ds = datasets.load(a.dataset)
+    ds = load_dataset(a)
     base, q = ds.base, ds.queries
     n = len(base)
     gi, gs = ds.ground_truth("ip", 100)

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from simsearch import datasets
 from simsearch.eval import markdown_table, thread_limit
 
 from .adapters import FaissFlat, NormScan
 from .adapters_lsh import LSHAdapter
-from .lsh_probes import at_recall
+from .lsh_probes import at_recall, load_dataset
 
 log = logging.getLogger("bench.lsh_qps")
 
@@ -50,12 +49,7 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = Path(__file__).parent / "results" / f"lsh-{a.dataset}"
     doc = json.loads((out / "results.json").read_text())
-    if a.dataset == "synthetic-longtail":
-        ds = datasets.load(a.dataset, n=a.n, dim=64, n_queries=a.n_queries, seed=0)
-    elif a.dataset == "glove-50":
-        ds = datasets.load(a.dataset, n_queries=a.n_queries)
-    else:
-        ds = datasets.load(a.dataset)
+    ds = load_dataset(a)
     base, q = ds.base, ds.queries
     assert len(q) == doc["n_queries"] and len(base) == doc["n"], "results.json is another setup"
     by = {}

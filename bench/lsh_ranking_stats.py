@@ -12,10 +12,11 @@ import argparse
 
 import numpy as np
 
-from simsearch import datasets
 from simsearch.eval import markdown_table
 from simsearch.lsh import NormRangingLSH, pair_order
 from simsearch.lsh import _kernels as K
+
+from .lsh_probes import load_dataset
 
 
 def main(argv=None):
@@ -25,12 +26,7 @@ def main(argv=None):
     p.add_argument("--n-queries", type=int, default=200)
     p.add_argument("--bits", type=int, default=32)
     a = p.parse_args(argv)
-    if a.dataset == "synthetic-longtail":
-        ds = datasets.load(a.dataset, n=a.n, dim=64, n_queries=a.n_queries, seed=0)
-    elif a.dataset == "glove-50":
-        ds = datasets.load(a.dataset, n_queries=a.n_queries)
-    else:
-        ds = datasets.load(a.dataset)
+    ds = load_dataset(a)
     base, queries = ds.base, ds.queries
     gi, _ = ds.ground_truth("ip", 100)
     idx = NormRangingLSH(base.shape[1], n_bits=a.bits, n_ranges=32, seed=0)

@@ -160,6 +160,21 @@ def as_id_array(ids: Any, what: str = "ids") -> np.ndarray:
     return arr
 
 
+def check_batch_ids(ids: Any, n: int) -> np.ndarray:
+    """Ids for a batch of n vectors: non-negative integers, one per vector, unique."""
+    ids = as_id_array(ids)
+    if ids.shape[0] != n:
+        raise InvalidIdError(
+            f"ids must have one entry per vector: got {ids.shape[0]} ids for {n} vectors"
+        )
+    uniq, counts = np.unique(ids, return_counts=True)
+    if uniq.size != ids.size:
+        raise DuplicateIdError(
+            f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
+        )
+    return ids
+
+
 def normalize_rows(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.ascontiguousarray(x / norms, dtype=np.float32)
@@ -299,17 +314,7 @@ class Index:
                     self._idset.next_id, self._idset.next_id + x.shape[0], dtype=np.int64
                 )
             else:
-                ids = as_id_array(ids)
-                if ids.shape[0] != x.shape[0]:
-                    raise InvalidIdError(
-                        f"ids must have one entry per vector: got {ids.shape[0]} ids for "
-                        f"{x.shape[0]} vectors"
-                    )
-                uniq, counts = np.unique(ids, return_counts=True)
-                if uniq.size != ids.size:
-                    raise DuplicateIdError(
-                        f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
-                    )
+                ids = check_batch_ids(ids, x.shape[0])
                 present = self._idset.contains(ids)
                 if present.any():
                     raise DuplicateIdError(

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DuplicateIdError, InvalidIdError
-from ..index import SearchResult, as_id_array, as_matrix, check_k
+from ..errors import DuplicateIdError
+from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
 from .errors import ERROR_TYPE_KEY, ServiceError, error_class
 
 #: bytes kept free in every request for everything but the payload
@@ -274,17 +274,7 @@ class RemoteCollection:
         """Add (or with ``upsert`` replace) vectors; returns their int64 ids."""
         x = as_matrix(x, self.dim, self.metric)
         if ids is not None:
-            ids = as_id_array(ids)
-            if ids.shape[0] != x.shape[0]:
-                raise InvalidIdError(
-                    f"ids must have one entry per vector: got {ids.shape[0]} "
-                    f"ids for {x.shape[0]} vectors"
-                )
-            uniq, counts = np.unique(ids, return_counts=True)
-            if uniq.size != ids.size:
-                raise DuplicateIdError(
-                    f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
-                )
+            ids = check_batch_ids(ids, x.shape[0])
         c = self._client
         step = self._rows_per_call(self.dim * 4 + _ID_BYTES)
         out = []
