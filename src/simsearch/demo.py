@@ -17,6 +17,12 @@ log = logging.getLogger(__name__)
 DEFAULT_RUNS = [("ml100k-svd", "ip"), ("glove-50", "cosine")]
 FULL_RUNS = DEFAULT_RUNS + [("glove-50", "ip")]
 EFS = (10, 20, 40, 80, 160, 320)
+NOTES = {
+    "ml100k-svd": "Inner-product HNSW levels off near recall 0.8 here even with ef >= n: some "
+    "true answers are unreachable in a graph built under inner product. "
+    "simsearch.graph.IPNSWPlus and simsearch.lsh.NormRangingLSH are built for this case "
+    "(docs/benchmarks.md).",
+}
 K = 10
 
 
@@ -82,6 +88,8 @@ def run_demo(
         for r in run_rows:
             r["dataset"] = f"{name} ({metric})"
         print(markdown_table(run_rows, ["index", "params", "recall@10", "QPS (1 thread)"]))
+        if name in NOTES:
+            print(NOTES[name])
         series = {
             "exact": [(run_rows[0]["recall@10"], run_rows[0]["QPS (1 thread)"])],
             f"HNSW M={M}": [(r["recall@10"], r["QPS (1 thread)"]) for r in run_rows[1:]],

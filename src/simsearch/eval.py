@@ -136,7 +136,7 @@ def latency_stats(seconds: np.ndarray) -> dict[str, float]:
 
 def _fmt(v: object) -> str:
     if isinstance(v, float):
-        if v == 0 or 1e-3 <= abs(v) < 1e5:
+        if v == 0 or 1e-3 <= abs(v) < 1e12:
             return f"{v:.4g}" if abs(v) < 1 else f"{v:,.1f}" if abs(v) < 100 else f"{v:,.0f}"
         return f"{v:.3g}"
     return str(v)
