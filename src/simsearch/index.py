@@ -176,7 +176,9 @@ def check_batch_ids(ids: Any, n: int) -> np.ndarray:
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """Unit rows; all-zero rows (allowed under "ip") stay zero instead of turning into NaN."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
     return np.ascontiguousarray(x / norms, dtype=np.float32)
 
 
