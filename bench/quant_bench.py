@@ -3,8 +3,8 @@ the true top-k among the top T items of the quantized scan, T = 1 .. 1024; plus 
 scan (NEQ-PQ vs faiss IndexPQ at the same code size, one thread, in one run).
 
 Both sides train on the same sample with the same quantizer settings (faiss defaults, RQ beam
-``--rq-beam`` on both, LSQ ``--lsq-iters`` on both); PQ/OPQ pad the dimension with zeros to a
-multiple of the number of codebooks (NEQ's M - 1, the baseline's M).
+``--rq-beam`` on both, LSQ ``--lsq-iters`` and ``--lsq-ridge`` on both); PQ/OPQ pad the
+dimension with zeros to a multiple of the number of codebooks (NEQ's M - 1, the baseline's M).
 
     python -m bench.quant_bench --dataset glove-50 --codebooks 4 8
     python -m bench.quant_bench --dataset synthetic-longtail --n 1000000 --dim 64
@@ -28,6 +28,7 @@ import numpy as np
 from simsearch import datasets
 from simsearch.eval import markdown_table, thread_limit
 from simsearch.quant import NEQIndex, faiss_baseline, pad, padded_dim
+from simsearch.quant.neq import LSQ_RIDGE
 
 log = logging.getLogger("quant_bench")
 TS = (1, 4, 16, 64, 256, 1024)
@@ -67,7 +68,8 @@ def run_pair(base_kind, M, xb, xq, xt, gt, args, tmax):
     dim = xb.shape[1]
     rows = []
     d = padded_dim(dim, M, base_kind)
-    fb = faiss_baseline(base_kind, dim, M, 8, args.seed, args.rq_beam, args.lsq_iters)
+    fb = faiss_baseline(base_kind, dim, M, 8, args.seed, args.rq_beam, args.lsq_iters,
+                        args.lsq_ridge)  # fmt: skip
     t0 = time.perf_counter()
     fb.train(pad(xt, d))
     t1 = time.perf_counter()
@@ -78,7 +80,8 @@ def run_pair(base_kind, M, xb, xq, xt, gt, args, tmax):
     rows.append(("faiss", found, t1 - t0, t2 - t1, t3 - t2, d))
     neq = NEQIndex(
         dim, base=base_kind, n_codebooks=M, nbits=8, seed=args.seed,
-        rq_beam_size=args.rq_beam, lsq_train_iters=args.lsq_iters, progress=False,
+        rq_beam_size=args.rq_beam, lsq_train_iters=args.lsq_iters, lsq_ridge=args.lsq_ridge,
+        progress=False,
     )  # fmt: skip
     t0 = time.perf_counter()
     neq.train(xt)
@@ -183,6 +186,12 @@ def main(argv=None):
     ap.add_argument("--train-n", type=int, default=65_536, help="training sample (both sides)")
     ap.add_argument("--rq-beam", type=int, default=1, help="RQ beam, both sides")
     ap.add_argument("--lsq-iters", type=int, default=25, help="LSQ training iterations, both sides")
+    ap.add_argument(
+        "--lsq-ridge",
+        type=float,
+        default=LSQ_RIDGE,
+        help="LSQ ridge lambda (faiss lambd), both sides; faiss's default is 0.01",
+    )
     ap.add_argument("--lsq-n", type=int, default=None, help="base rows for LSQ (if smaller)")
     ap.add_argument("--qps", action="store_true", help="also measure scan queries/s")
     ap.add_argument("--sweep", choices=["items", "axes", "small"], default=None,

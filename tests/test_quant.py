@@ -189,6 +189,27 @@ def test_save_load_roundtrip(base_kind, data, tmp_path):
         np.testing.assert_array_equal(r1.scores, r2.scores)
 
 
+def test_lsq_ridge_keeps_codewords_encodable():
+    """faiss's default LSQ ridge (0.01) lets codewords outgrow unit-norm data on a small training
+    sample, and the encoder then misses the cancelling combinations training relied on; the
+    default ridge (1.0) keeps held-out directions encodable."""
+    base, _ = synthetic_longtail(n=2000, dim=128, n_queries=1, n_clusters=300, seed=3)
+    u = base / np.linalg.norm(base, axis=1, keepdims=True)
+    errs, cw = {}, {}
+    for ridge in (0.01, 1.0):
+        idx = NEQIndex(128, base="lsq", n_codebooks=5, nbits=7, lsq_train_iters=4,
+                       lsq_ridge=ridge, progress=False)  # fmt: skip
+        idx.train(base[:1000])
+        assert idx._dq.lsq.lambd == pytest.approx(ridge)
+        dec = idx._dq.sa_decode(idx._dq.sa_encode(u[1000:]))
+        errs[ridge] = float(((u[1000:] - dec) ** 2).sum(1).mean())
+        cw[ridge] = float(np.linalg.norm(idx._tables[1], axis=0).mean())
+    assert errs[1.0] < errs[0.01] - 0.05, errs  # observed 0.42 vs 0.52
+    assert cw[1.0] < 0.7 * cw[0.01], cw  # observed 0.40 vs 0.73
+    fb = faiss_baseline("lsq", 128, 4, nbits=7, lsq_ridge=2.5)
+    assert fb.lsq.lambd == pytest.approx(2.5)  # the baseline gets the same setting
+
+
 def test_faiss_baseline_at_equal_bits(data):
     base, queries = data
     d = padded_dim(DIM, 3, "pq")
@@ -206,7 +227,8 @@ def test_faiss_baseline_at_equal_bits(data):
 @pytest.mark.parametrize(
     "kw",
     [{"base": "ivf"}, {"n_codebooks": 1}, {"nbits": 9}, {"nbits": 0}, {"keep_vectors": 1},
-     {"rq_beam_size": 0}, {"metric": "l2"}],
+     {"rq_beam_size": 0}, {"metric": "l2"}, {"lsq_ridge": -1.0}, {"lsq_ridge": float("nan")},
+     {"lsq_ridge": "1"}],
 )  # fmt: skip
 def test_bad_build_params(kw):
     with pytest.raises(errors.InvalidParameterError):

@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 BASES = ("pq", "opq", "rq", "lsq")
 _ENCODE_BLOCK = 1 << 16
 _TINY = 1e-30
+# LSQ's ridge on the codebook least squares, (B'B + lambda I) C = B'X. faiss's default 0.01 is
+# negligible against the ~n/K assignments per codeword, so with a training sample of ~10k rows
+# the codewords grow larger than the data and cancel each other in combinations that training
+# found but that the encoder (ICM from random codes) cannot find again: on 256-d unit
+# directions the encoded error was 1.5x the data energy (docs/bench-quant.md, "LSQ").
+LSQ_RIDGE = 1.0
 
 
 def padded_dim(dim: int, n_codebooks: int, base: str) -> int:
@@ -47,7 +53,7 @@ def padded_dim(dim: int, n_codebooks: int, base: str) -> int:
 
 def make_quantizer_index(
     base: str, dim: int, n_codebooks: int, nbits: int = 8, seed: int = 0,
-    rq_beam_size: int = 1, lsq_train_iters: int = 25,
+    rq_beam_size: int = 1, lsq_train_iters: int = 25, lsq_ridge: float = LSQ_RIDGE,
 ) -> faiss.Index:  # fmt: skip
     """A faiss index with the inner-product metric wrapping the quantizer ``base`` with
     ``n_codebooks`` codebooks of 2^nbits over ``padded_dim(dim, ...)`` dimensions. NEQ uses it
@@ -74,6 +80,7 @@ def make_quantizer_index(
         )
         idx.lsq.train_iters = lsq_train_iters
         idx.lsq.random_seed = seed
+        idx.lsq.lambd = lsq_ridge
     else:
         raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
     return idx
@@ -90,13 +97,15 @@ def pad(x: np.ndarray, d: int) -> np.ndarray:
 
 def faiss_baseline(
     base: str, dim: int, n_codebooks: int, nbits: int = 8, seed: int = 0,
-    rq_beam_size: int = 1, lsq_train_iters: int = 25,
+    rq_beam_size: int = 1, lsq_train_iters: int = 25, lsq_ridge: float = LSQ_RIDGE,
 ) -> faiss.Index:  # fmt: skip
     """The plain quantizer NEQ is compared against: faiss's own index (IndexPQ, OPQ +
     IndexPQ, IndexResidualQuantizer, IndexLocalSearchQuantizer) with the inner-product metric,
     ``n_codebooks`` codebooks, the same settings as NEQ's direction quantizer. Feed it vectors
     padded with :func:`pad` to ``padded_dim(dim, n_codebooks, base)``."""
-    return make_quantizer_index(base, dim, n_codebooks, nbits, seed, rq_beam_size, lsq_train_iters)
+    return make_quantizer_index(
+        base, dim, n_codebooks, nbits, seed, rq_beam_size, lsq_train_iters, lsq_ridge
+    )
 
 
 def norm_codebook_1d(values: np.ndarray, size: int, n_iter: int = 100) -> np.ndarray:
@@ -137,6 +146,8 @@ class NEQIndex(Index):
     keep_vectors: also store the raw vectors so ``search(..., rerank=R)`` can re-score exactly.
     rq_beam_size: the residual quantizer's beam (1 = the paper's greedy encoding).
     lsq_train_iters: LSQ training iterations.
+    lsq_ridge: LSQ's ridge lambda on the codebook update (faiss's ``lambd``; faiss defaults to
+        0.01, which lets codewords blow up on small training samples).
     progress: tqdm bars while encoding large batches.
 
     Search parameters (per call): ``rerank`` (R, default 0: return the scan's estimates; R > 0
@@ -151,7 +162,7 @@ class NEQIndex(Index):
     def __init__(
         self, dim: int, metric: str = "ip", base: str = "pq", n_codebooks: int = 4,
         nbits: int = 8, seed: int = 0, keep_vectors: bool = False, rq_beam_size: int = 1,
-        lsq_train_iters: int = 25, progress: bool = True,
+        lsq_train_iters: int = 25, lsq_ridge: float = LSQ_RIDGE, progress: bool = True,
     ):  # fmt: skip
         if base not in BASES:
             raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
@@ -160,21 +171,29 @@ class NEQIndex(Index):
         check_int("seed", seed, 0, 2**31 - 1)
         check_int("rq_beam_size", rq_beam_size, 1, 1024)
         check_int("lsq_train_iters", lsq_train_iters, 1, 10_000)
+        if (
+            isinstance(lsq_ridge, bool) or not isinstance(lsq_ridge, (int, float))
+            or not math.isfinite(lsq_ridge) or lsq_ridge < 0
+        ):  # fmt: skip
+            raise InvalidParameterError(
+                f"lsq_ridge must be a finite number >= 0; got {lsq_ridge!r}"
+            )
         for name, v in (("keep_vectors", keep_vectors), ("progress", progress)):
             if not isinstance(v, bool):
                 raise InvalidParameterError(f"{name} must be a bool; got {v!r}")
         super().__init__(
             dim, metric, base=base, n_codebooks=n_codebooks, nbits=nbits, seed=seed,
             keep_vectors=keep_vectors, rq_beam_size=rq_beam_size,
-            lsq_train_iters=lsq_train_iters, progress=progress,
+            lsq_train_iters=lsq_train_iters, lsq_ridge=float(lsq_ridge), progress=progress,
         )  # fmt: skip
         self.base, self.n_codebooks, self.nbits = base, n_codebooks, nbits
         self.keep_vectors, self.progress = keep_vectors, progress
         self.n_direction_codebooks = n_codebooks - 1
         self.quantizer_dim = padded_dim(dim, self.n_direction_codebooks, base)
         self._dq = make_quantizer_index(
-            base, dim, self.n_direction_codebooks, nbits, seed, rq_beam_size, lsq_train_iters
-        )
+            base, dim, self.n_direction_codebooks, nbits, seed, rq_beam_size, lsq_train_iters,
+            float(lsq_ridge),
+        )  # fmt: skip
         self._norm_codebook = np.zeros(1 << nbits, np.float32)
         self._tables: tuple = ()
         self._items = self._empty_items()
