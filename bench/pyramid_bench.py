@@ -67,15 +67,20 @@ class Cluster:
         return self.procs["pids"][name]
 
     def cpu_seconds(self) -> float:
+        return sum(self.cpu_by_role().values())
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds so far of the shard servers and of the coordinator(s)."""
         tick = os.sysconf("SC_CLK_TCK")
-        total = 0.0
-        for pid in self.procs["pids"].values():
+        out = {"shards": 0.0, "coord": 0.0}
+        for name, pid in self.procs["pids"].items():
             try:
                 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                total += (int(f[11]) + int(f[12])) / tick
+                out["shards" if name.startswith("shard") else "coord"] += (
+                    int(f[11]) + int(f[12])) / tick
             except OSError:
                 pass
-        return total
+        return out
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -91,11 +96,14 @@ def data(metric: str, n_base: int, n_queries: int):
     return base, queries, gt
 
 
-def build(cl: Cluster, base, metric, n_parts, n_centers, sub):
+def build(cl: Cluster, base, metric, n_parts, n_centers, sub, mips_replicas=300):
     client = ss.connect(cl.coordinator, timeout=600)
     col = client.create_collection("glove", 50, metric, "pyramid", n_centers=n_centers,
-                                   n_partitions=n_parts, sub_index="hnsw", **sub)
-    col.train(base)
+                                   n_partitions=n_parts, sub_index="hnsw",
+                                   mips_replicas=mips_replicas, **sub)
+    # k-means samples 100 x n_centers rows anyway; a subset keeps the call under gRPC's limit
+    take = min(len(base), 200_000)
+    col.train(base[np.random.default_rng(0).choice(len(base), take, replace=False)])
     for s in range(0, len(base), 20000):
         col.add(base[s : s + 20000], ids=np.arange(s, min(len(base), s + 20000)))
     return client, col
@@ -127,8 +135,9 @@ class Naive:
 
 
 def closed_loop(search, queries, clients: int, seconds: float, cl: Cluster, batch: int = 1):
-    """Queries/s with ``clients`` threads each sending ``batch`` queries per call, and the CPU
-    ms per query of every process involved (servers, coordinator, and this client)."""
+    """(calls' queries, wall seconds, CPU seconds by role) with ``clients`` threads each sending
+    ``batch`` queries per call for ``seconds``; CPU of every process involved (shard servers,
+    coordinator, and this client)."""
     stop = time.monotonic() + seconds
     counts = [0] * clients
     nb = len(queries) // batch
@@ -141,15 +150,17 @@ def closed_loop(search, queries, clients: int, seconds: float, cl: Cluster, batc
             counts[t] += batch
             i += clients
 
-    cpu0, t0 = cl.cpu_seconds() + time.process_time(), time.monotonic()
+    cpu0, me0, t0 = cl.cpu_by_role(), time.process_time(), time.monotonic()
     ths = [threading.Thread(target=worker, args=(t,)) for t in range(clients)]
     for th in ths:
         th.start()
     for th in ths:
         th.join()
     wall = time.monotonic() - t0
-    n = sum(counts)
-    return n / wall, 1000 * (cl.cpu_seconds() + time.process_time() - cpu0) / max(1, n)
+    cpu1 = cl.cpu_by_role()
+    cpu = {r: cpu1[r] - cpu0[r] for r in cpu0}
+    cpu["client"] = time.process_time() - me0
+    return sum(counts), wall, cpu
 
 
 def sweep(args) -> None:
@@ -160,7 +171,8 @@ def sweep(args) -> None:
     rows = []
     try:
         t0 = time.time()
-        _, col = build(cl, base, args.metric, args.shards, args.n_centers, sub)
+        _, col = build(cl, base, args.metric, args.shards, args.n_centers, sub,
+                       args.mips_replicas)
         t_pyr = time.time() - t0
         t0 = time.time()
         naive = Naive(cl.shard_addresses, base, args.metric, sub)
@@ -171,29 +183,53 @@ def sweep(args) -> None:
             return recall_at_k(r.ids, gt.ids, K, gt_scores=gt.scores, queries=queries,
                                base=base, metric=args.metric)
 
-        settings = [("pyramid", {"branching": b, "ef": e}) for e in args.ef
-                    for b in args.branching]
+        settings = [("pyramid", {"branching": b, "ef": e, "part_effort": pe})
+                    for pe in args.effort for e in args.ef for b in args.branching]
         settings += [("naive", {"ef": e}) for e in args.naive_ef]
         for scheme, params in settings:
             target = col if scheme == "pyramid" else naive
-            r = rec(target.search(queries, K, **params))
-            row = {"scheme": scheme, **params, "recall": round(r, 4)}
-            for batch in args.batch:
-                qps, cpu_ms = closed_loop(lambda q, t=target, p=params: t.search(q, K, **p),
-                                          queries, args.clients, args.seconds, cl, batch)
-                row[f"qps_b{batch}"] = round(qps, 1)
-                row[f"cpu_ms_b{batch}"] = round(cpu_ms, 3)
-            print(row, flush=True)
+            row = {"scheme": scheme, **params,
+                   "recall": round(rec(target.search(queries, K, **params)), 4)}
             rows.append(row)
+        # throughput: every setting measured in short turns, the turn order rotating, so the
+        # schemes alternate under the same background load
+        for batch in args.batch:
+            acc = [[0, 0.0, {}] for _ in settings]
+            n_turns = args.turns
+            for turn in range(n_turns):
+                order = list(range(len(settings)))
+                shift = turn * len(order) // n_turns
+                order = order[shift:] + order[:shift]
+                if turn % 2:
+                    order.reverse()
+                for i in order:
+                    scheme, params = settings[i]
+                    target = col if scheme == "pyramid" else naive
+                    n, wall, cpu = closed_loop(lambda q, t=target, p=params: t.search(q, K, **p),
+                                               queries, args.clients, args.seconds / n_turns, cl,
+                                               batch)
+                    acc[i][0] += n
+                    acc[i][1] += wall
+                    for r_, v in cpu.items():
+                        acc[i][2][r_] = acc[i][2].get(r_, 0.0) + v
+            for row, (n, wall, cpu) in zip(rows, acc, strict=True):
+                row[f"qps_b{batch}"] = round(n / wall, 1)
+                row[f"cpu_ms_b{batch}"] = round(1000 * sum(cpu.values()) / max(1, n), 3)
+                row[f"cpu_role_ms_b{batch}"] = {r_: round(1000 * v / max(1, n), 3)
+                                                for r_, v in cpu.items()}
+            for row in rows:
+                print(row, flush=True)
     finally:
         cl.stop()
     out = {"metric": args.metric, "n_base": args.n_base, "n_queries": args.n_queries,
            "shards": args.shards, "n_centers": args.n_centers, "clients": args.clients,
-           "seconds": args.seconds, "batch": args.batch,
+           "seconds": args.seconds, "batch": args.batch, "turns": args.turns,
+           "mips_replicas": args.mips_replicas,
            "build_s": {"pyramid": t_pyr, "naive": t_naive},
            "load": os.getloadavg(), "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"pyramid_sweep_{args.metric}.json").write_text(json.dumps(out, indent=1))
+    tag = f"_{args.tag}" if args.tag else ""
+    (RESULTS / f"pyramid_sweep_{args.metric}{tag}.json").write_text(json.dumps(out, indent=1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,31 +430,73 @@ def routing(args) -> None:
 
 
 def table(paths) -> None:
-    """Markdown tables from sweep JSON files, with the best naive throughput at no lower recall
-    beside each pyramid row."""
+    """Markdown tables from sweep JSON files. Beside each pyramid row: its q/s over the best
+    naive q/s among naive rows with recall at least as high ("q/s vs naive"), and the lowest
+    naive CPU per query among those rows over its own ("CPU gain")."""
     for path in paths:
         d = json.loads(Path(path).read_text())
         bs = d.get("batch", [1])
         print(f"\n{path}: glove-50 {d['metric']}, {d['n_base']} base, {d['n_queries']} queries, "
               f"{d['shards']} shard processes, {d['n_centers']} centres, {d['clients']} clients, "
               f"load {d['load'][0]:.1f}\n")
-        head = ["scheme", "K", "ef", "recall@10"]
+        head = ["scheme", "K", "ef", "part effort", "recall@10"]
         for b in bs:
-            head += [f"q/s (batch {b})", f"CPU ms/q (batch {b})", f"vs naive (batch {b})"]
+            head += [f"q/s b{b}", f"CPU ms/q b{b}", f"q/s vs naive b{b}", f"CPU gain b{b}"]
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         naive = [r for r in d["rows"] if r["scheme"] == "naive"]
         for r in d["rows"]:
             cells = [r["scheme"], str(r.get("branching", "all")), str(r["ef"]),
+                     r.get("part_effort", "uniform") if r["scheme"] == "pyramid" else "",
                      f"{r['recall']:.3f}"]
             for b in bs:
                 peers = [n for n in naive if n["recall"] >= r["recall"]]
-                ratio = ""
+                ratio = gain = ""
                 if r["scheme"] == "pyramid" and peers:
                     best = max(n[f"qps_b{b}"] for n in peers)
                     ratio = f"{r[f'qps_b{b}'] / best:.2f}x"
-                cells += [f"{r[f'qps_b{b}']:.0f}", f"{r[f'cpu_ms_b{b}']:.2f}", ratio]
+                    cheapest = min(n[f"cpu_ms_b{b}"] for n in peers)
+                    gain = f"{cheapest / r[f'cpu_ms_b{b}']:.2f}x"
+                cells += [f"{r[f'qps_b{b}']:.0f}", f"{r[f'cpu_ms_b{b}']:.2f}", ratio, gain]
             print("| " + " | ".join(cells) + " |")
+
+
+def plot(paths, out: str) -> None:
+    """Throughput (q/s) and CPU ms per query against recall@10, one column per batch size,
+    one row per sweep file; pyramid points labelled with K."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ds = [json.loads(Path(p).read_text()) for p in paths]
+    bs = ds[0].get("batch", [1])
+    fig, axes = plt.subplots(len(ds), len(bs), figsize=(4.2 * len(bs), 3.3 * len(ds)),
+                             squeeze=False)
+    for row, d in zip(axes, ds, strict=True):
+        groups: dict[str, list] = {}
+        for r in d["rows"]:
+            name = (f"pyramid ef={r['ef']} {r.get('part_effort', 'uniform')}"
+                    if r["scheme"] == "pyramid" else "naive")
+            groups.setdefault(name, []).append(r)
+        for ax, b in zip(row, bs, strict=True):
+            for name, rs in groups.items():
+                rs = sorted(rs, key=lambda r: r["recall"])
+                ax.plot([r["recall"] for r in rs], [r[f"qps_b{b}"] for r in rs], "o-" if
+                        name != "naive" else "s--", label=name, ms=4)
+                if name != "naive":
+                    for r in rs:
+                        ax.annotate(f"K={r['branching']}", (r["recall"], r[f"qps_b{b}"]),
+                                    fontsize=6, xytext=(2, 2), textcoords="offset points")
+            ax.axvline(0.9, color="gray", lw=0.5)
+            ax.set_title(f"{d['metric']}, {d['n_base'] // 1000}k, {d['shards']} shards, "
+                         f"batch {b}", fontsize=9)
+            ax.set_xlabel("recall@10")
+            ax.set_ylabel("queries/s")
+        row[0].legend(fontsize=6)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=70)
 
 
 def main(argv=None) -> int:
@@ -439,6 +517,12 @@ def main(argv=None) -> int:
     s.add_argument("--seconds", type=float, default=6.0)
     s.add_argument("--batch", type=int, nargs="+", default=[1, 50],
                    help="queries per call (1: per-call overhead dominates; 50: search work)")
+    s.add_argument("--effort", nargs="+", default=["share"], choices=["share", "uniform"],
+                   help="pyramid part_effort values")
+    s.add_argument("--turns", type=int, default=2,
+                   help="turns per setting (each --seconds / turns long, order rotating)")
+    s.add_argument("--tag", default="", help="suffix of the result file name")
+    s.add_argument("--mips-replicas", type=int, default=300, help="ip: the paper's r")
     f = sub.choices["faults"]
     f.add_argument("--rate", type=float, default=40.0)
     f.add_argument("--seconds", type=float, default=40.0)
@@ -452,9 +536,14 @@ def main(argv=None) -> int:
     r.add_argument("--edge-tau", type=float, nargs="+", default=[0.0, 0.1])
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
+    pl = sub.add_parser("plot")
+    pl.add_argument("paths", nargs="+")
+    pl.add_argument("--out", default="docs/img/pyramid_sweep.png")
     args = p.parse_args(argv)
     if args.mode == "table":
         table(args.paths)
+    elif args.mode == "plot":
+        plot(args.paths, args.out)
     elif args.mode == "routing":
         routing(args)
     else:

@@ -139,6 +139,34 @@ def test_recall_with_hnsw_parts_and_small_branching(metric, data):
     assert rec >= 0.9, rec  # observed 0.99 (ip), 0.98 (l2)
     # fewer parts per query than all of them
     assert p.route(queries, 4).sum(1).mean() < 4
+    # secondary parts with a smaller beam lose little; the uniform beam asks the same parts
+    u = p.search(queries, K, branching=4, ef=64, part_effort="uniform")
+    rec_u = recall_at_k(u.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base,
+                        metric=metric)
+    assert rec_u >= rec - 0.02, (rec_u, rec)  # observed equal
+    with pytest.raises(InvalidParameterError, match="part_effort"):
+        p.search(queries, K, part_effort="half")
+
+
+def effort_reference(shares, hit, max_level=3):
+    out = np.full(shares.shape, -1, np.int8)
+    for i in range(shares.shape[0]):
+        top = shares[i].max()
+        for p in np.flatnonzero(hit[i]):
+            j = 0
+            while j < max_level and shares[i, p] <= top / 2 ** (j + 1):
+                j += 1
+            out[i, p] = j
+    return out
+
+
+def test_effort_levels_match_reference():
+    rng = np.random.default_rng(3)
+    shares = rng.integers(0, 17, size=(200, 8)).astype(np.float32)
+    shares[np.arange(200), rng.integers(0, 8, 200)] += 0.5
+    hit = shares > 0
+    np.testing.assert_array_equal(PyramidIndex.effort_levels(shares, hit),
+                                  effort_reference(shares, hit))
 
 
 def test_save_load_remove_and_incremental_adds(data, tmp_path):
@@ -197,3 +225,23 @@ def test_validation():
         p.search(np.ones(8), 3, branching=0)
     with pytest.raises(InvalidParameterError, match="unknown search parameter"):
         p.search(np.ones(8), 3, ef=3)
+
+
+def test_store_search_with_per_query_params(data, tmp_path):
+    """A shard's store answers a batch whose queries carry different beams (one RPC per part
+    from a coordinator) exactly as the per-beam searches would."""
+    from simsearch.service.store import Store
+
+    base, queries = data
+    col = Store(tmp_path).create("c", DIM, "l2", "hnsw", {"M": 8, "ef_construction": 40})
+    col.add(base[:800], np.arange(800))
+    efs = [10, 40, 10, 20] * (len(queries) // 4)
+    got = col.search(queries, K, {"per_query": {"ef": efs}})
+    for e in (10, 20, 40):
+        rows = [i for i, v in enumerate(efs) if v == e]
+        want = col.search(queries[rows], K, {"ef": e})
+        np.testing.assert_array_equal(got.ids[rows], want.ids)
+    with pytest.raises(InvalidParameterError, match="per_query"):
+        col.search(queries, K, {"per_query": {"ef": efs[:3]}})
+    with pytest.raises(InvalidParameterError, match="both per query"):
+        col.search(queries, K, {"per_query": {"ef": efs}, "ef": 10})

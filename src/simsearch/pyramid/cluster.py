@@ -225,6 +225,9 @@ def _code(err) -> str:
 class RemotePart:
     """One part on its replicas, with the Index surface PyramidIndex uses."""
 
+    #: a search may carry ``per_query`` parameters (the shard's store splits the batch by them)
+    per_query_params = True
+
     def __init__(self, pool: ShardPool, name: str, shards: list[int], config: dict):
         self.pool, self.name, self.shards, self.config = pool, name, shards, config
         self.write_lock = threading.Lock()
@@ -289,82 +292,19 @@ class RemotePart:
     # -- reads ------------------------------------------------------------------------------
 
     def search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
-        from ..service import convert
-        from .index import PartUnavailableError
-
-        pool = self.pool
-        cands = pool.serving(self)
-        if not cands:
-            raise PartUnavailableError(f"no in-sync replica of {self.name} is up")
-        self._rr += 1
-        cands = cands[self._rr % len(cands):] + cands[: self._rr % len(cands)]
-        now = time.monotonic()  # replicas that just lost a hedge race go last for a while
-        cands.sort(key=lambda s: pool.slow_until.get(s, 0.0) > now)
-        deadline = DEADLINE.get()
-        if deadline is not None:  # leave the coordinator time to merge and answer
-            deadline -= min(0.05, 0.1 * max(0.0, deadline - time.monotonic()))
-        pj = convert.dump_params(params)
         done = threading.Event()
-        box: list = []
-        lock = threading.Lock()
-
-        def call(sid: int, hedge: bool):
-            cli = pool.clients[sid]
-            timeout = cli.timeout if deadline is None else max(0.001, deadline - time.monotonic())
-            t0 = time.monotonic()
-            try:
-                resp = cli._stub.Search(cli._pb.SearchRequest(
-                    collection=self.name, queries=convert.to_matrix(q), k=k, params_json=pj),
-                    timeout=timeout, metadata=cli._metadata)
-                if not hedge:
-                    pool.record(self.name, time.monotonic() - t0)
-                out = convert.from_search_response(resp)
-            except Exception as exc:  # grpc.RpcError
-                out = exc
-            with lock:
-                box.append((sid, out))
-            done.set()
-
-        started = [cands[0]]
-        pool.executor.submit(call, cands[0], False)
-        hedge_at = time.monotonic() + pool.hedge_delay(self.name)
-        hedged = False
+        call = self.begin(q, k, params, done)
         while True:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise PartUnavailableError(f"{self.name}: the deadline passed")
-            # wake often: a straggler's shard may be declared down, or a hedge become due
-            nap = 0.02 if len(started) < len(cands) else 0.1
-            done.wait(nap if deadline is None else min(nap, deadline - now))
-            with lock:
-                done.clear()
-                results = list(box)
-            for sid, out in results:
-                if isinstance(out, SearchResult):
-                    if sid != started[0]:  # the hedge won: avoid the straggler for a while
-                        pool.slow_until[started[0]] = time.monotonic() + pool.slow_penalty
-                    return out
-            for sid, out in results:
-                code = _code(out) if hasattr(out, "code") else "UNKNOWN"
-                if code not in _TRANSIENT:
-                    from ..service.client import _raise_from
+            done.clear()
+            out = call.poll()
+            if out is not None:
+                return out
+            done.wait(call.nap())
 
-                    _raise_from(out)
-                if code == "UNAVAILABLE":
-                    pool.mark_down(sid)
-            failed = {sid for sid, _ in results}
-            if failed >= set(started) and len(started) == len(cands):
-                raise PartUnavailableError(f"every replica of {self.name} failed")
-            if len(started) == len(cands):
-                continue
-            live = [s for s in started if s not in failed and pool.up.get(s)]
-            if not live:  # failed, or its shard was declared down meanwhile: fail over now
-                started.append(cands[len(started)])
-                pool.executor.submit(call, started[-1], True)
-            elif not hedged and time.monotonic() >= hedge_at and pool.take_hedge():
-                hedged = True  # straggler: a second replica races the first
-                started.append(cands[len(started)])
-                pool.executor.submit(call, started[-1], True)
+    def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event) -> _PartCall:
+        """Start a search on a replica; ``done`` is set whenever a replica answers (several
+        parts' calls may share it, so one thread waits for all of them)."""
+        return _PartCall(self, q, k, params, done)
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -391,6 +331,108 @@ class RemotePart:
             self.pool.mark_in_sync(self.name, sid)
             log.warning("part %s on shard %d re-copied from shard %d (%d bytes)", self.name, sid,
                         peers[0], len(data))
+
+
+class _PartCall:
+    """One part's search in flight: the primary replica's call, then a hedge to another replica
+    after the part's p95 latency (within the hedge budget) or a fail-over when the primary's
+    shard fails or is declared down."""
+
+    def __init__(self, part: RemotePart, q: np.ndarray, k: int, params: dict,
+                 done: threading.Event):
+        from ..service import convert
+        from .index import PartUnavailableError
+
+        pool = self.pool = part.pool
+        self.part = part
+        cands = pool.serving(part)
+        if not cands:
+            raise PartUnavailableError(f"no in-sync replica of {part.name} is up")
+        part._rr += 1
+        cands = cands[part._rr % len(cands):] + cands[: part._rr % len(cands)]
+        now = time.monotonic()  # replicas that just lost a hedge race go last for a while
+        cands.sort(key=lambda s: pool.slow_until.get(s, 0.0) > now)
+        self.cands = cands
+        deadline = DEADLINE.get()
+        if deadline is not None:  # leave the coordinator time to merge and answer
+            deadline -= min(0.05, 0.1 * max(0.0, deadline - time.monotonic()))
+        self.deadline = deadline
+        self.request = (q, k, convert.dump_params(params))
+        self.done = done
+        self.box: list = []
+        self.lock = threading.Lock()
+        self.started = [cands[0]]
+        pool.executor.submit(self._call, cands[0], False)
+        self.hedge_at = time.monotonic() + pool.hedge_delay(part.name)
+        self.hedged = False
+
+    def _call(self, sid: int, hedge: bool) -> None:
+        from ..service import convert
+
+        pool, (q, k, pj) = self.pool, self.request
+        cli = pool.clients[sid]
+        timeout = cli.timeout if self.deadline is None else max(
+            0.001, self.deadline - time.monotonic())
+        t0 = time.monotonic()
+        try:
+            resp = cli._stub.Search(cli._pb.SearchRequest(
+                collection=self.part.name, queries=convert.to_matrix(q), k=k, params_json=pj),
+                timeout=timeout, metadata=cli._metadata)
+            if not hedge:
+                pool.record(self.part.name, time.monotonic() - t0)
+            out = convert.from_search_response(resp)
+        except Exception as exc:  # grpc.RpcError
+            out = exc
+        with self.lock:
+            self.box.append((sid, out))
+        self.done.set()
+
+    def nap(self) -> float:
+        """How long the waiter may sleep before calling poll again."""
+        # wake often: a straggler's shard may be declared down, or a hedge become due
+        nap = 0.02 if len(self.started) < len(self.cands) else 0.1
+        if self.deadline is not None:
+            nap = min(nap, max(0.0, self.deadline - time.monotonic()))
+        return nap
+
+    def poll(self) -> SearchResult | None:
+        """The answer once a replica gave one; None while waiting (starting a hedge or a
+        fail-over when due); raises PartUnavailableError when every replica failed or the
+        deadline passed, and the replica's error when it is not transient."""
+        from .index import PartUnavailableError
+
+        pool, started, cands = self.pool, self.started, self.cands
+        with self.lock:
+            results = list(self.box)
+        for sid, out in results:
+            if isinstance(out, SearchResult):
+                if sid != started[0]:  # the hedge won: avoid the straggler for a while
+                    pool.slow_until[started[0]] = time.monotonic() + pool.slow_penalty
+                return out
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise PartUnavailableError(f"{self.part.name}: the deadline passed")
+        for sid, out in results:
+            code = _code(out) if hasattr(out, "code") else "UNKNOWN"
+            if code not in _TRANSIENT:
+                from ..service.client import _raise_from
+
+                _raise_from(out)
+            if code == "UNAVAILABLE":
+                pool.mark_down(sid)
+        failed = {sid for sid, _ in results}
+        if failed >= set(started) and len(started) == len(cands):
+            raise PartUnavailableError(f"every replica of {self.part.name} failed")
+        if len(started) == len(cands):
+            return None
+        live = [s for s in started if s not in failed and pool.up.get(s)]
+        if not live:  # failed, or its shard was declared down meanwhile: fail over now
+            started.append(cands[len(started)])
+            pool.executor.submit(self._call, started[-1], True)
+        elif not self.hedged and time.monotonic() >= self.hedge_at and pool.take_hedge():
+            self.hedged = True  # straggler: a second replica races the first
+            started.append(cands[len(started)])
+            pool.executor.submit(self._call, started[-1], True)
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -162,7 +162,11 @@ class PyramidIndex(Index):
     Search parameters: ``branching`` (the paper's K: how many nearest centres route the query;
     default 10), ``meta_ef`` (meta-HNSW beam, default max(2K, 32)), ``require_complete``
     (default True: raise when a part cannot answer; False returns partial results flagged with
-    ``coverage``) and the sub-index's own (e.g. ``ef``).
+    ``coverage``), ``part_effort`` (default "share": when the parts take a beam ``ef``, each
+    query's primary part, the one holding most of its routed centres, and parts with more than
+    half that share search with ``ef``; a part with a share ratio in (2^-(j+1), 2^-j] searches
+    with ef / 2^j (j <= 3), at least ``min_ef``, default k; "uniform": every part with ``ef``),
+    ``min_ef`` and the sub-index's own (e.g. ``ef``).
 
     Items go to the part of their nearest centre (for "ip"/"cosine": nearest in direction).
     A MIPS copy is kept while the item stays in its centre's top-r; removing an item does not
@@ -170,7 +174,8 @@ class PyramidIndex(Index):
     """
 
     needs_training = True
-    search_params = frozenset({"branching", "meta_ef", "require_complete"})
+    search_params = frozenset({"branching", "meta_ef", "require_complete", "part_effort",
+                               "min_ef"})
 
     def __init__(
         self,
@@ -219,6 +224,7 @@ class PyramidIndex(Index):
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
         self.search_params = PyramidIndex.search_params | sub_cls.search_params
+        self._sub_search = frozenset(sub_cls.search_params)
         self.spherical = metric in ("ip", "cosine")
         self.centres: np.ndarray | None = None
         self.part_of_centre: np.ndarray | None = None
@@ -467,14 +473,38 @@ class PyramidIndex(Index):
 
     def route(self, q: np.ndarray, branching: int, meta_ef: int | None = None) -> np.ndarray:
         """(nq, n_parts) bool: the parts holding each query's ``branching`` nearest centres."""
+        return self.route_shares(q, branching, meta_ef) > 0
+
+    def route_shares(self, q: np.ndarray, branching: int,
+                     meta_ef: int | None = None) -> np.ndarray:
+        """(nq, n_parts) float32: how many of each query's ``branching`` nearest centres each
+        part holds (0: the part is not asked), plus 0.5 for the part of the nearest centre so
+        that it wins ties for primary."""
         kk = min(branching, self.centres.shape[0])
         ef = max(2 * kk, 32) if meta_ef is None else check_int("meta_ef", meta_ef, 1, 1 << 20)
         r = self.meta.search(q, kk, ef=ef)
-        hit = np.zeros((q.shape[0], self.n_parts), bool)
+        nq = q.shape[0]
+        shares = np.zeros((nq, self.n_parts), np.float32)
         ok = r.ids >= 0
-        rows = np.repeat(np.arange(q.shape[0]), kk).reshape(q.shape[0], kk)
-        hit[rows[ok], self.part_of_centre[r.ids[ok]]] = True
-        return hit
+        rows = np.broadcast_to(np.arange(nq)[:, None], r.ids.shape)
+        np.add.at(shares, (rows[ok], self.part_of_centre[r.ids[ok]]), 1.0)
+        first = ok[:, 0]
+        shares[np.flatnonzero(first), self.part_of_centre[r.ids[first, 0]]] += 0.5
+        return shares
+
+    @staticmethod
+    def effort_levels(shares: np.ndarray, hit: np.ndarray, max_level: int = 3) -> np.ndarray:
+        """(nq, n_parts) int8 effort level per asked part: 0 for the query's primary part (the
+        largest share of its routed centres) and for parts with more than half of that share;
+        level j for a share ratio in (2^-(j+1), 2^-j] (a part expected to hold 2^-j times the
+        primary's neighbours gets 2^-j of its beam), capped at ``max_level``. -1: not asked."""
+        top = shares.max(1, keepdims=True)
+        ratio = np.where(hit, shares / np.maximum(top, 1e-9), 1.0)
+        with np.errstate(divide="ignore"):
+            lev = np.floor(-np.log2(np.maximum(ratio, 1e-9))).astype(np.int64)
+        lev = np.clip(lev, 0, max_level).astype(np.int8)
+        lev[~hit] = -1
+        return lev
 
     def _widen_small(self, hit: np.ndarray, k: int) -> np.ndarray:
         """Ask every part for queries whose routed parts hold fewer than k items, so a small
@@ -486,25 +516,70 @@ class PyramidIndex(Index):
 
     def _search(
         self, q: np.ndarray, k: int, branching: int = 10, meta_ef: int | None = None,
-        require_complete: bool = True, **sub_params: Any,
+        require_complete: bool = True, part_effort: str = "share", min_ef: int | None = None,
+        **sub_params: Any,
     ) -> SearchResult:
         branching = check_int("branching", branching, 1, 1 << 22)
         if not isinstance(require_complete, bool):
             raise InvalidParameterError(
                 f"require_complete must be true or false; got {require_complete!r}")
-        hit = self._widen_small(self.route(q, branching, meta_ef), k)
+        if part_effort not in ("share", "uniform"):
+            raise InvalidParameterError(
+                f"part_effort must be 'share' or 'uniform'; got {part_effort!r}")
+        if min_ef is not None:
+            min_ef = check_int("min_ef", min_ef, 1, 1 << 20)
+        shares = self.route_shares(q, branching, meta_ef)
+        hit = self._widen_small(shares > 0, k)
+        ef = sub_params.get("ef")
+        if part_effort == "share" and ef is not None and "ef" in self._sub_search:
+            ef = check_int("ef", ef, 1, 1 << 20)
+            levels = self.effort_levels(shares, hit)
+            floor = k if min_ef is None else min_ef
+            ef_of = {j: max(floor, -(-ef // (1 << j))) for j in range(4)}
+        else:  # every asked part gets the same search parameters
+            levels = np.where(hit, 0, -1).astype(np.int8)
+            ef_of = {0: ef}
         pad = -np.inf if higher_is_better(self.metric) else np.inf
         nq, P = q.shape[0], self.n_parts
         cand_ids = np.full((nq, P * k), -1, np.int64)
         cand_scores = np.full((nq, P * k), pad, np.float32)
-        jobs = [(p, np.flatnonzero(hit[:, p])) for p in range(P)]
-        jobs = [(p, rows) for p, rows in jobs if rows.size]
+        # one call per part when the parts take per-query parameters (remote parts: one RPC
+        # each), else one call per (part, beam)
+        ef_table = np.array([ef_of.get(j, ef) for j in range(4)], dtype=object)
+        jobs = []
+        for p in range(P):
+            col = levels[:, p]
+            rows = np.flatnonzero(col >= 0)
+            if not rows.size:
+                continue
+            lev = col[rows]
+            if getattr(self.parts[p], "per_query_params", False) or lev.min() == lev.max():
+                jobs.append((p, rows, ef_table[lev]))
+                continue
+            by_ef: dict[Any, list[np.ndarray]] = {}
+            for j in np.unique(lev).tolist():
+                by_ef.setdefault(ef_of[j], []).append(rows[lev == j])
+            for e, rs in by_ef.items():
+                r_ = np.sort(np.concatenate(rs))
+                jobs.append((p, r_, np.full(r_.size, e, dtype=object)))
+
+        def params_of(efs):
+            if efs[0] is None:
+                return sub_params
+            if (efs == efs[0]).all():
+                return {**sub_params, "ef": int(efs[0])}
+            out = {**sub_params, "per_query": {"ef": [int(e) for e in efs]}}
+            out.pop("ef", None)
+            return out
 
         def one(job):
-            p, rows = job
-            return self.parts[p].search(q[rows], k, **sub_params)
+            p, rows, efs = job
+            return self.parts[p].search(q[rows], k, **params_of(efs))
 
-        if self._pool is None or len(jobs) <= 1:
+        if jobs and all(hasattr(self.parts[p], "begin") for p, _, _ in jobs):
+            results = self._wait_remote(
+                [(self.parts[p], q[rows], params_of(efs)) for p, rows, efs in jobs], k)
+        elif self._pool is None or len(jobs) <= 1:
             results = []
             for j in jobs:
                 try:
@@ -520,7 +595,7 @@ class PyramidIndex(Index):
                 except PartUnavailableError as exc:
                     results.append(exc)
         missed = 0
-        for (p, rows), r in zip(jobs, results, strict=True):
+        for (p, rows, _e), r in zip(jobs, results, strict=True):
             if isinstance(r, Exception):
                 if require_complete:
                     raise r
@@ -530,9 +605,40 @@ class PyramidIndex(Index):
             cand_scores[rows, p * k : (p + 1) * k] = r.scores
         ids, scores = merge_topk_dedup(cand_ids, cand_scores, k, higher_is_better(self.metric))
         if missed:
-            total = sum(rows.size for _, rows in jobs)
+            total = sum(rows.size for _, rows, _e in jobs)
             return CoveredSearchResult(ids, scores, coverage=1.0 - missed / max(1, total))
         return SearchResult(ids, scores)
+
+    @staticmethod
+    def _wait_remote(calls: list, k: int) -> list:
+        """Start every remote part's call, then wait for all of them in this thread (no thread
+        hop per part); a part that cannot answer gives its PartUnavailableError."""
+        import threading
+
+        done = threading.Event()
+        results: list = [None] * len(calls)
+        pending = []
+        for i, (part, qs, params) in enumerate(calls):
+            try:
+                pending.append((i, part.begin(qs, k, params, done)))
+            except PartUnavailableError as exc:
+                results[i] = exc
+        while pending:
+            done.clear()
+            left = []
+            for i, call in pending:
+                try:
+                    out = call.poll()
+                except PartUnavailableError as exc:
+                    out = exc
+                if out is None:
+                    left.append((i, call))
+                else:
+                    results[i] = out
+            pending = left
+            if pending:
+                done.wait(min(call.nap() for _, call in pending))
+        return results
 
     # -- persistence ------------------------------------------------------------------------
 

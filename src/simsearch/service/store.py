@@ -76,6 +76,37 @@ def _timeout(deadline: float | None) -> float:
     return left
 
 
+def _search_per_query(index: Index, q: Any, k: int, params: dict) -> SearchResult:
+    """Search the rows sharing the same ``params["per_query"]`` values together."""
+    params = dict(params)
+    per = params.pop("per_query")
+    q = as_matrix(q, index.dim, what="queries")
+    if not isinstance(per, dict) or not all(
+        isinstance(v, list) and len(v) == q.shape[0] for v in per.values()
+    ):
+        raise InvalidParameterError(
+            "per_query must map parameter names to lists of one value per query "
+            f"({q.shape[0]}); got {per!r:.200}"
+        )
+    if set(per) & set(params):
+        raise InvalidParameterError(f"parameters {sorted(set(per) & set(params))} are given "
+                                    "both per query and for all queries")
+    keys = list(zip(*per.values(), strict=True)) if per else [()] * q.shape[0]
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(tuple(map(json.dumps, key)), []).append(i)
+    ids = scores = None
+    for rows in groups.values():
+        r = index.search(q[rows], k, **params, **dict(zip(per, keys[rows[0]], strict=True)))
+        if ids is None:
+            ids = np.empty((q.shape[0], r.ids.shape[1]), r.ids.dtype)
+            scores = np.empty((q.shape[0], r.scores.shape[1]), r.scores.dtype)
+        ids[rows], scores[rows] = r.ids, r.scores
+    if ids is None:
+        return index.search(q, k, **params)
+    return SearchResult(ids, scores)
+
+
 class RWLock:
     """Many readers or one writer; a waiting writer keeps new readers out (no starvation)."""
 
@@ -249,8 +280,12 @@ class Collection:
         return out
 
     def search(self, q: Any, k: int, params: dict, deadline: float | None = None) -> SearchResult:
+        """``params["per_query"]``, if given, maps parameter names to one value per query (a
+        coordinator asking one part with different beams per query in one call)."""
         with self._rw.read(deadline):
-            return self._index().search(q, k, **params)
+            if "per_query" not in params:
+                return self._index().search(q, k, **params)
+            return _search_per_query(self._index(), q, k, params)
 
     # -- writes -----------------------------------------------------------------------------
 
