@@ -147,7 +147,7 @@ def sweep(args):
         for n in (1_682, 3_000, 5_000):
             for sigma in (0.5, 1.3):
                 grid.append({"n": n, "dim": 64, "norm_sigma": sigma})
-    for n in (10_000, 30_000, 100_000, 300_000) if args.sweep == "items" else ():
+    for n in (args.sweep_ns or (10_000, 30_000, 100_000, 300_000)) if args.sweep == "items" else ():
         grid.append({"n": n, "dim": 64, "norm_sigma": 0.5})
     # dimension and norm spread at 30k items (117 per codeword), near the RQ crossover
     for dim in (16, 32, 128) if args.sweep == "axes" else ():
@@ -196,6 +196,8 @@ def main(argv=None):
     ap.add_argument("--qps", action="store_true", help="also measure scan queries/s")
     ap.add_argument("--sweep", choices=["items", "axes", "small"], default=None,
                     help="crossover sweep: items, axes (dim, norm spread), small")  # fmt: skip
+    ap.add_argument("--sweep-ns", nargs="+", type=int, default=None,
+                    help="item counts of --sweep items (default 10k 30k 100k 300k)")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default=None)

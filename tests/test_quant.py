@@ -56,6 +56,20 @@ def scan_reference(lut, codes, norm_codes, norm_codebook, k):
     return pos, sc
 
 
+def scan_lists_reference(lut, codes, norm_codes, norm_codebook, k, offsets, probes):
+    """numpy: the exhaustive reference with items outside the probed lists scored -inf."""
+    lists = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    pos, sc = scan_reference(lut, codes, norm_codes, norm_codebook, codes.shape[0])
+    inside = np.array([np.isin(lists[p], pr) for p, pr in zip(pos, probes, strict=True)])
+    out_p = np.full((lut.shape[0], k), -1, np.int64)
+    out_s = np.full((lut.shape[0], k), -np.inf, np.float32)
+    for q in range(lut.shape[0]):
+        keep = pos[q][inside[q]][:k]
+        out_p[q, : keep.size] = keep
+        out_s[q, : keep.size] = sc[q][inside[q]][:k]
+    return out_p, out_s
+
+
 def kmeans_1d_reference(v, c, n_iter):
     for _ in range(n_iter):
         a = np.abs(v[:, None] - c[None, :]).argmin(1)
@@ -77,6 +91,28 @@ def test_scan_kernel_matches_reference(n, k):
         pos, s = fn(lut, codes, nc, ncb, k)
         np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-5)
         # positions agree wherever scores are not tied within float noise
+        same = np.isclose(s, ref_s, rtol=1e-6) & (pos >= 0)
+        assert (pos[same] == ref_pos[same]).mean() > 0.97
+        assert ((pos < 0) == (ref_pos < 0)).all()
+
+
+@pytest.mark.parametrize("k", [10, 300])
+def test_list_scan_kernel_matches_reference(k):
+    rng = np.random.default_rng(k)
+    n, n_lists = 400, 12
+    lut = rng.standard_normal((6, 3, 16)).astype(np.float32)
+    codes = rng.integers(0, 16, (n, 3)).astype(np.uint8)
+    nc = rng.integers(0, 16, n).astype(np.uint8)
+    ncb = rng.uniform(0.5, 2, 16).astype(np.float32)
+    counts = rng.multinomial(n, np.ones(n_lists) / n_lists)
+    counts[3] = 0  # an empty list
+    counts[0] += n - counts.sum()
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    probes = np.stack([rng.choice(n_lists, 4, replace=False) for _ in range(6)]).astype(np.int64)
+    ref_pos, ref_s = scan_lists_reference(lut, codes, nc, ncb, k, offsets, probes)
+    for fn in (K.scan_lists_batch, K.scan_lists_batch_parallel):
+        pos, s = fn(lut, codes, nc, ncb, k, offsets, probes)
+        np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-5)
         same = np.isclose(s, ref_s, rtol=1e-6) & (pos >= 0)
         assert (pos[same] == ref_pos[same]).mean() > 0.97
         assert ((pos < 0) == (ref_pos < 0)).all()
@@ -208,6 +244,61 @@ def test_lsq_ridge_keeps_codewords_encodable():
     assert cw[1.0] < 0.7 * cw[0.01], cw  # observed 0.40 vs 0.73
     fb = faiss_baseline("lsq", 128, 4, nbits=7, lsq_ridge=2.5)
     assert fb.lsq.lambd == pytest.approx(2.5)  # the baseline gets the same setting
+
+
+def test_coarse_lists(data, oracle, tmp_path):
+    base, queries = data
+    idx = NEQIndex(DIM, base="pq", n_codebooks=4, nbits=6, n_lists=16, keep_vectors=True,
+                   progress=False)  # fmt: skip
+    idx.train(base)
+    idx.add(base[:2500])
+    idx.add(base[2500:])  # a second batch is filed into the same lists
+    it = idx._items
+    assert (np.diff(it.lists) >= 0).all() and it.offsets[-1] == len(base)
+    np.testing.assert_array_equal(it.lists, idx.assign_lists(it.x))
+    full = idx.search(queries, 10)
+    every = idx.search(queries, 10, n_probe=16)
+    np.testing.assert_array_equal(full.ids, every.ids)
+    recs = []
+    for n_probe in (1, 2, 4, 8, 16):
+        r = idx.search(queries, 10, n_probe=n_probe)
+        # every answer comes from a probed list
+        probes = idx._probes(queries, n_probe)
+        if probes is not None:
+            lists = idx.assign_lists(base[r.ids.ravel()]).reshape(r.ids.shape)
+            assert all(np.isin(lists[q], probes[q]).all() for q in range(len(queries)))
+        recs.append(recall_at_k(r.ids, oracle.ids, 10))
+    # observed 0.71, 0.77, 0.78, 0.79, 0.79
+    assert all(b >= a - 0.02 for a, b in zip(recs, recs[1:], strict=False)), recs
+    assert recs[0] < recs[-1] - 0.04 and recs[-1] > 0.75, recs
+    r_rr = idx.search(queries, 10, n_probe=8, rerank=100)
+    assert recall_at_k(r_rr.ids, oracle.ids, 10) > 0.9  # observed 0.97
+    gone = full.ids[:, 0]
+    idx.remove(np.unique(gone))
+    assert not np.isin(idx.search(queries, 10, n_probe=4).ids, gone).any()
+    idx.save(tmp_path / "ivf.idx")
+    back = ss.load(tmp_path / "ivf.idx")
+    for kw in ({}, {"n_probe": 3}, {"n_probe": 3, "rerank": 30}):
+        np.testing.assert_array_equal(back.search(queries, 10, **kw).ids,
+                                      idx.search(queries, 10, **kw).ids)  # fmt: skip
+
+
+def test_coarse_lists_bad_input(data):
+    base, queries = data
+    idx = small("pq")
+    idx.train(base)
+    idx.add(base[:100])
+    with pytest.raises(errors.InvalidParameterError, match="n_lists"):
+        idx.search(queries, 5, n_probe=2)
+    with pytest.raises(errors.InvalidParameterError, match="n_lists"):
+        small("pq", n_lists=64).train(base[:40])
+    ivf = small("pq", n_lists=8)
+    ivf.train(base)
+    ivf.add(base)
+    with pytest.raises(errors.InvalidParameterError):
+        ivf.search(queries, 5, n_probe=0)
+    with pytest.raises(errors.InvalidParameterError):
+        NEQIndex(DIM, n_lists=-1)
 
 
 def test_faiss_baseline_at_equal_bits(data):

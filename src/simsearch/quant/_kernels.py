@@ -29,23 +29,26 @@ def _sift_down(hs, hi, k):
 
 
 @njit(cache=True)
-def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i):
-    """Top-k items for one query. lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,);
-    norm_codebook float32 (K,). Writes out_s float32 (k,) best first and out_i int64 (k,) item
-    positions (-1 and -inf where n < k). Ties go to the smaller position."""
-    n, M = codes.shape
+def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i):
+    """Top-k among the items at positions [starts[r], ends[r]) for one query. lut float32
+    (M, K); codes uint8 (n, M); norm_codes uint8 (n,); norm_codebook float32 (K,); starts, ends
+    int64 (R,). Writes out_s float32 (k,) best first and out_i int64 (k,) item positions (-1
+    and -inf where fewer than k items). Ties go to the smaller position when the ranges are
+    visited in increasing position order."""
+    M = codes.shape[1]
     hs = np.full(k, -np.inf, np.float32)
     hi = np.full(k, -1, np.int64)
-    for i in range(n):
-        acc = np.float32(0.0)
-        for m in range(M):
-            acc += lut[m, codes[i, m]]
-        s = norm_codebook[norm_codes[i]] * acc
-        # strictly better than the worst kept: earlier positions win ties
-        if s > hs[0]:
-            hs[0] = s
-            hi[0] = i
-            _sift_down(hs, hi, k)
+    for r in range(starts.shape[0]):
+        for i in range(starts[r], ends[r]):
+            acc = np.float32(0.0)
+            for m in range(M):
+                acc += lut[m, codes[i, m]]
+            s = norm_codebook[norm_codes[i]] * acc
+            # strictly better than the worst kept: earlier positions win ties
+            if s > hs[0]:
+                hs[0] = s
+                hi[0] = i
+                _sift_down(hs, hi, k)
     # heap sort: repeatedly move the worst to the back
     for end in range(k - 1, 0, -1):
         s, i = hs[0], hi[0]
@@ -54,6 +57,14 @@ def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i):
         _sift_down(hs, hi, end)
     out_s[:] = hs
     out_i[:] = hi
+
+
+@njit(cache=True)
+def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i):
+    """Top-k over every item for one query (see :func:`scan_ranges`)."""
+    starts = np.zeros(1, np.int64)
+    ends = np.full(1, codes.shape[0], np.int64)
+    scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i)
 
 
 @njit(cache=True)
@@ -76,6 +87,39 @@ def scan_batch_parallel(lut, codes, norm_codes, norm_codebook, k):
     out_s = np.empty((nq, k), np.float32)
     for q in prange(nq):
         scan_one(lut[q], codes, norm_codes, norm_codebook, k, out_s[q], out_i[q])
+    return out_i, out_s
+
+
+@njit(cache=True, inline="always")
+def _probe_ranges(offsets, probes_q):
+    """Position ranges of the probed lists (ascending list order, so ascending positions)."""
+    lists = np.sort(probes_q)
+    return offsets[lists], offsets[lists + 1]
+
+
+@njit(cache=True)
+def scan_lists_batch(lut, codes, norm_codes, norm_codebook, k, offsets, probes):
+    """Top-k for each query among the items of its probed lists, one thread. Items are stored
+    grouped by list: list l holds positions [offsets[l], offsets[l + 1]). probes int64
+    (nq, n_probe). Returns (positions int64 (nq, k), scores float32 (nq, k)), best first."""
+    nq = lut.shape[0]
+    out_i = np.empty((nq, k), np.int64)
+    out_s = np.empty((nq, k), np.float32)
+    for q in range(nq):
+        st, en = _probe_ranges(offsets, probes[q])
+        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, st, en, out_s[q], out_i[q])
+    return out_i, out_s
+
+
+@njit(cache=True, parallel=True)
+def scan_lists_batch_parallel(lut, codes, norm_codes, norm_codebook, k, offsets, probes):
+    """As :func:`scan_lists_batch`, queries spread over numba threads."""
+    nq = lut.shape[0]
+    out_i = np.empty((nq, k), np.int64)
+    out_s = np.empty((nq, k), np.float32)
+    for q in prange(nq):
+        st, en = _probe_ranges(offsets, probes[q])
+        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, st, en, out_s[q], out_i[q])
     return out_i, out_s
 
 

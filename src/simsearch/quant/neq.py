@@ -130,6 +130,8 @@ class _Items:
     norm_codes: np.ndarray  # uint8 (n,)
     ids: np.ndarray  # int64 (n,)
     x: np.ndarray | None  # float32 (n, dim) with keep_vectors
+    lists: np.ndarray  # int64 (n,) coarse list of each item, ascending (all 0 without n_lists)
+    offsets: np.ndarray  # int64 (n_lists + 1,): list l holds positions offsets[l]:offsets[l+1]
 
 
 @register("neq")
@@ -148,21 +150,27 @@ class NEQIndex(Index):
     lsq_train_iters: LSQ training iterations.
     lsq_ridge: LSQ's ridge lambda on the codebook update (faiss's ``lambd``; faiss defaults to
         0.01, which lets codewords blow up on small training samples).
+    n_lists: 0 (default) scans every item; > 0 adds an inverted-file coarse partition (beyond
+        the paper): spherical k-means with n_lists centroids on the training directions, each
+        item filed under the centroid of largest inner product, items stored grouped by list.
     progress: tqdm bars while encoding large batches.
 
     Search parameters (per call): ``rerank`` (R, default 0: return the scan's estimates; R > 0
-    with keep_vectors re-scores the scan's best max(R, k) exactly), ``n_threads`` (1; -1 all).
+    with keep_vectors re-scores the scan's best max(R, k) exactly), ``n_threads`` (1; -1 all),
+    ``n_probe`` (with n_lists: scan only the n_probe lists whose centroids have the largest
+    inner product with the query; default all lists, i.e. exhaustive).
     Supports remove(). Searches may run concurrently; writes are serialized.
     """
 
     metrics = ("ip",)
     needs_training = True
-    search_params = frozenset({"rerank", "n_threads"})
+    search_params = frozenset({"rerank", "n_threads", "n_probe"})
 
     def __init__(
         self, dim: int, metric: str = "ip", base: str = "pq", n_codebooks: int = 4,
         nbits: int = 8, seed: int = 0, keep_vectors: bool = False, rq_beam_size: int = 1,
-        lsq_train_iters: int = 25, lsq_ridge: float = LSQ_RIDGE, progress: bool = True,
+        lsq_train_iters: int = 25, lsq_ridge: float = LSQ_RIDGE, n_lists: int = 0,
+        progress: bool = True,
     ):  # fmt: skip
         if base not in BASES:
             raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
@@ -171,6 +179,7 @@ class NEQIndex(Index):
         check_int("seed", seed, 0, 2**31 - 1)
         check_int("rq_beam_size", rq_beam_size, 1, 1024)
         check_int("lsq_train_iters", lsq_train_iters, 1, 10_000)
+        check_int("n_lists", n_lists, 0, 1 << 20)
         if (
             isinstance(lsq_ridge, bool) or not isinstance(lsq_ridge, (int, float))
             or not math.isfinite(lsq_ridge) or lsq_ridge < 0
@@ -184,10 +193,13 @@ class NEQIndex(Index):
         super().__init__(
             dim, metric, base=base, n_codebooks=n_codebooks, nbits=nbits, seed=seed,
             keep_vectors=keep_vectors, rq_beam_size=rq_beam_size,
-            lsq_train_iters=lsq_train_iters, lsq_ridge=float(lsq_ridge), progress=progress,
+            lsq_train_iters=lsq_train_iters, lsq_ridge=float(lsq_ridge), n_lists=n_lists,
+            progress=progress,
         )  # fmt: skip
         self.base, self.n_codebooks, self.nbits = base, n_codebooks, nbits
         self.keep_vectors, self.progress = keep_vectors, progress
+        self.n_lists, self.seed = n_lists, seed
+        self._centroids = np.zeros((n_lists, dim), np.float32)
         self.n_direction_codebooks = n_codebooks - 1
         self.quantizer_dim = padded_dim(dim, self.n_direction_codebooks, base)
         self._dq = make_quantizer_index(
@@ -201,7 +213,10 @@ class NEQIndex(Index):
     def _empty_items(self) -> _Items:
         x = np.empty((0, self.dim), np.float32) if self.keep_vectors else None
         codes = np.empty((0, self.n_direction_codebooks), np.uint8)
-        return _Items(codes, np.empty(0, np.uint8), np.empty(0, np.int64), x)
+        e = np.empty(0, np.int64)
+        return _Items(
+            codes, np.empty(0, np.uint8), e, x, e, np.zeros(max(self.n_lists, 1) + 1, np.int64)
+        )
 
     # -- the quantizer -------------------------------------------------------------------------
 
@@ -296,25 +311,86 @@ class NEQIndex(Index):
         _, rel = self.encode_directions(x)
         self._norm_codebook = norm_codebook_1d(rel, 1 << self.nbits)
         self._extract_tables()
+        if self.n_lists:
+            self._train_lists(x)
         log.info("NEQ-%s: relative norms in [%.3g, %.3g]", self.base, rel.min(), rel.max())
+
+    # -- the coarse partition (n_lists > 0) -----------------------------------------------------
+
+    def _train_lists(self, x: np.ndarray) -> None:
+        if x.shape[0] < self.n_lists:
+            raise InvalidParameterError(
+                f"n_lists={self.n_lists} needs at least that many training vectors; "
+                f"got {x.shape[0]}"
+            )
+        u = x / np.maximum(np.linalg.norm(x, axis=1), _TINY)[:, None]
+        km = faiss.Kmeans(self.dim, self.n_lists, niter=20, spherical=True, seed=self.seed)
+        km.train(np.ascontiguousarray(u, np.float32))
+        self._centroids = np.ascontiguousarray(km.centroids, np.float32)
+        log.info("NEQ-%s: %d coarse lists on %d directions", self.base, self.n_lists, len(u))
+
+    def assign_lists(self, x: np.ndarray) -> np.ndarray:
+        """The list of each row: the centroid with the largest inner product (int64 (n,))."""
+        if not self.n_lists:
+            return np.zeros(x.shape[0], np.int64)
+        flat = faiss.IndexFlatIP(self.dim)
+        flat.add(self._centroids)
+        return flat.search(np.ascontiguousarray(x, np.float32), 1)[1][:, 0].astype(np.int64)
+
+    def _grouped(self, codes, norm_codes, ids, x, lists) -> _Items:
+        """Items stored grouped by list (stable, so insertion order within a list)."""
+        if self.n_lists:
+            order = np.argsort(lists, kind="stable")
+            codes, norm_codes, ids, lists = (
+                codes[order],
+                norm_codes[order],
+                ids[order],
+                lists[order],
+            )
+            x = x[order] if x is not None else None
+        counts = np.bincount(lists, minlength=max(self.n_lists, 1))
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return _Items(codes, norm_codes, ids, x, lists, offsets)
+
+    # -- writes --------------------------------------------------------------------------------
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
         codes, rel = self.encode_directions(x)
         nc = encode_norm(rel, self._norm_codebook)
         it = self._items
-        self._items = _Items(
+        self._items = self._grouped(
             np.concatenate([it.codes, codes]), np.concatenate([it.norm_codes, nc]),
             np.concatenate([it.ids, ids]),
             np.concatenate([it.x, x]) if self.keep_vectors else None,
+            np.concatenate([it.lists, self.assign_lists(x)]),
         )  # fmt: skip
 
     def _remove(self, ids: np.ndarray) -> None:
         it = self._items
         keep = ~np.isin(it.ids, ids)
-        self._items = _Items(it.codes[keep], it.norm_codes[keep], it.ids[keep],
-                             it.x[keep] if it.x is not None else None)  # fmt: skip
+        self._items = self._grouped(it.codes[keep], it.norm_codes[keep], it.ids[keep],
+                                    it.x[keep] if it.x is not None else None,
+                                    it.lists[keep])  # fmt: skip
 
-    def _search(self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1) -> SearchResult:
+    def _probes(self, q: np.ndarray, n_probe: int | None) -> np.ndarray | None:
+        """The n_probe lists of largest centroid inner product per query (int64 (nq, n_probe)),
+        or None to scan everything."""
+        if n_probe is None:
+            return None
+        n_probe = check_int("n_probe", n_probe, 1)
+        if not self.n_lists:
+            raise InvalidParameterError(
+                f"n_probe={n_probe} needs a coarse partition; build with n_lists > 0"
+            )
+        if n_probe >= self.n_lists:
+            return None
+        s = q @ self._centroids.T
+        return np.argpartition(-s, n_probe - 1, axis=1)[:, :n_probe].astype(np.int64)
+
+    def _search(
+        self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1,
+        n_probe: int | None = None,
+    ) -> SearchResult:  # fmt: skip
         rerank = check_int("rerank", rerank, 0)
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if n_threads == 0:
@@ -323,17 +399,23 @@ class NEQIndex(Index):
             raise InvalidParameterError(
                 f"rerank={rerank} needs the raw vectors; build with keep_vectors=True"
             )
+        probes = self._probes(q, n_probe)
         it = self._items
         kk = max(k, rerank)
         lut = self.lookup_tables(q)
         args = (lut, it.codes, it.norm_codes, self._norm_codebook, kk)
+        if probes is None:
+            one, many = K.scan_batch, K.scan_batch_parallel
+        else:
+            one, many = K.scan_lists_batch, K.scan_lists_batch_parallel
+            args = (*args, it.offsets, probes)
         if n_threads == 1 or q.shape[0] == 1:
-            pos, S = K.scan_batch(*args)
+            pos, S = one(*args)
         else:
             old = numba.get_num_threads()
             numba.set_num_threads(min(K.num_threads(n_threads), numba.config.NUMBA_NUM_THREADS))
             try:
-                pos, S = K.scan_batch_parallel(*args)
+                pos, S = many(*args)
             finally:
                 numba.set_num_threads(old)
         if rerank:
@@ -356,6 +438,9 @@ class NEQIndex(Index):
             "norm_codebook": self._norm_codebook,
             "codes": it.codes, "norm_codes": it.norm_codes, "ids": it.ids,
         }  # fmt: skip
+        if self.n_lists:
+            arrays["centroids"] = self._centroids
+            arrays["lists"] = it.lists
         if it.x is not None:
             arrays["x"] = it.x
         return {}, arrays
@@ -378,10 +463,19 @@ class NEQIndex(Index):
             x = np.array(arrays["x"], np.float32)
             if x.shape != (n, self.dim):
                 raise InvalidParameterError("saved vectors do not match the index parameters")
+        lists = np.zeros(n, np.int64)
+        if self.n_lists:
+            cen = np.array(arrays["centroids"], np.float32)
+            lists = np.array(arrays["lists"], np.int64)
+            if cen.shape != (self.n_lists, self.dim) or lists.shape != (n,):
+                raise InvalidParameterError("saved coarse lists do not match the index parameters")
+            if n and (lists.min() < 0 or lists.max() >= self.n_lists or np.any(np.diff(lists) < 0)):
+                raise InvalidParameterError("saved coarse lists out of range or not grouped")
+            self._centroids = cen
         self._norm_codebook = ncb
         if self._is_trained:
             self._extract_tables()
-        self._items = _Items(codes, nc, ids, x)
+        self._items = self._grouped(codes, nc, ids, x, lists)
 
     @property
     def code_size(self) -> int:
