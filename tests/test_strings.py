@@ -176,6 +176,49 @@ def test_triplets_come_from_the_nearest_2k(clustered):
     assert (ed[a, n] <= kth).all()
 
 
+def ref_bigram_profile(codes, lengths, stride, n_buckets):
+    out = np.zeros((codes.shape[0], n_buckets), np.float32)
+    for r in range(codes.shape[0]):
+        for i in range(int(lengths[r]) - 1):
+            out[r, (int(codes[r, i]) * stride + int(codes[r, i + 1])) % n_buckets] += 1
+    return out
+
+
+def test_bigram_kernel_matches_reference():
+    rng = np.random.default_rng(0)
+    strings = ["".join(rng.choice(list(ACGT), int(rng.integers(0, 12)))) for _ in range(50)]
+    codes, lengths = Alphabet(ACGT).encode(strings, 10)
+    for n_buckets in (7, 25):
+        out = np.zeros((50, n_buckets), np.float32)
+        K.bigram_profile(codes, lengths, 5, n_buckets, out)
+        np.testing.assert_array_equal(out, ref_bigram_profile(codes, lengths, 5, n_buckets))
+
+
+def test_pool_neighbours_match_exact_lists(clustered):
+    """With every string a candidate, the pool lists are the exact nearest 2K; with fewer
+    candidates they are still true distances, ascending."""
+    from simsearch.strings.training import pool_neighbours
+
+    strings = clustered[:300]
+    codes, lengths = Alphabet(ACGT).encode(strings, 20)
+    anchors = np.arange(0, 300, 7)
+    ed = edit_distance_matrix(strings, strings).astype(np.int64)
+    ed[np.arange(300), np.arange(300)] = 10**6
+    kth = np.sort(ed[anchors], 1)[:, 9]
+    for n_candidates in (None, 299):
+        nb = pool_neighbours(strings, codes, lengths, 4, anchors, 10, n_candidates,
+                             progress=False)
+        np.testing.assert_array_equal(nb.anchors, anchors)
+        np.testing.assert_array_equal(nb.dists[:, -1], kth)
+        np.testing.assert_array_equal(nb.dists, np.take_along_axis(ed[anchors], nb.ids, 1))
+    off = ed < 10**6
+    assert nb.mean_distance == pytest.approx(ed[off].mean(), rel=0.05)
+    few = pool_neighbours(strings, codes, lengths, 4, anchors, 10, 30, progress=False)
+    np.testing.assert_array_equal(few.dists, np.take_along_axis(ed[anchors], few.ids, 1))
+    assert (np.diff(few.dists, axis=1) >= 0).all() and (few.dists[:, -1] >= kth).all()
+    assert (few.ids != anchors[:, None]).all()
+
+
 # -- the trained encoder --------------------------------------------------------------------
 
 
@@ -202,11 +245,14 @@ def test_string_index_recall_against_brute_force(encoder, clustered):
     res = idx.search(queries, 10, n_candidates=50)
     assert (res.distances >= gt_d).all()
     hits = (res.distances <= gt_d[:, 9:10]).sum(1) / 10  # ties: anything within the k-th
-    assert hits.mean() >= 0.85  # observed 0.94
+    assert hits.mean() >= 0.85  # observed 0.95
     exact = idx.search(queries, 10, n_candidates=len(clustered))
     np.testing.assert_array_equal(exact.distances, gt_d)
     flat = StringIndex(encoder, "flat")
-    flat.add(clustered)
+    x = encoder.encode(clustered)
+    with pytest.raises(errors.InvalidParameterError):
+        flat.add(clustered, embeddings=x[1:])
+    flat.add(clustered, embeddings=x)
     np.testing.assert_array_equal(flat.search(queries, 10, n_candidates=len(clustered)).ids,
                                   gt_ids)
 

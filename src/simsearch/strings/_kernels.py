@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -37,3 +38,17 @@ def hamming_distances(xq, xb, out):
             for j in range(L):
                 d += q[j] != x[j]
             out[a, b] = d
+
+
+@njit(cache=True)
+def bigram_profile(codes, lengths, stride, n_buckets, out):
+    """Hashed bigram counts: codes uint8 (n, M) (0 pads), lengths int64 (n,), out float32
+    (n, n_buckets) zeroed by the caller; bigram (a, b) lands in bucket (a * stride + b) %
+    n_buckets (stride = alphabet size + 1: no collisions when n_buckets >= stride**2).
+    Edit distance bounds their L1 difference (one edit changes at most 4 bigram counts), so
+    near strings have near profiles: a cheap candidate filter for neighbour lists."""
+    n = codes.shape[0]
+    for r in range(n):
+        for i in range(lengths[r] - 1):
+            b = (np.int64(codes[r, i]) * stride + np.int64(codes[r, i + 1])) % n_buckets
+            out[r, b] += 1.0

@@ -16,6 +16,7 @@ from ._alphabet import Alphabet, check_strings
 log = logging.getLogger(__name__)
 
 FILE_CLASS = "cnned-encoder"
+SHORT_STRINGS = 64  # mean length up to which training neighbours are searched exhaustively
 
 
 class CNNEDEncoder:
@@ -32,6 +33,8 @@ class CNNEDEncoder:
     channels : convolution channels; None: 8 (the paper's) in the per-character layout of
         shallow stacks, 32 in the channel-input layout of deep ones (see ``CNNEDNet``), where
         8 channels would have to describe all characters at once.
+    global_channels : whole-string bigram features (kernel-2 convolution, ReLU, mean over
+        positions) added before the linear layer; None: 128 for deep stacks, 0 for shallow.
     seed : seeds the weights, the triplet sampling and the validation split.
 
     Training and encoding are deterministic on the CPU for a given seed and thread count; they
@@ -40,7 +43,8 @@ class CNNEDEncoder:
     """
 
     def __init__(self, alphabet: str | None = None, max_len: int = 32, embed_dim: int = 128,
-                 n_layers: int | None = None, channels: int | None = None, seed: int = 0):
+                 n_layers: int | None = None, channels: int | None = None,
+                 global_channels: int | None = None, seed: int = 0):
         self.max_len = check_int("max_len", max_len, 1, 1 << 16)
         self.embed_dim = check_int("embed_dim", embed_dim, 1, 1 << 14)
         self.seed = check_int("seed", seed, 0)
@@ -52,6 +56,9 @@ class CNNEDEncoder:
         if channels is None:  # the paper's 8 per character row; 32 shared channels when deep
             channels = 8 if self.n_layers <= 2 else 32
         self.channels = check_int("channels", channels, 1, 1024)
+        if global_channels is None:  # whole-string features for long strings (see CNNEDNet)
+            global_channels = 0 if self.n_layers <= 2 else 128
+        self.global_channels = check_int("global_channels", global_channels, 0, 4096)
         self.alphabet = Alphabet(alphabet) if alphabet is not None else None
         self.mean_distance: float | None = None  # the training set's mean edit distance
         self.report = None  # TrainReport of the last fit()
@@ -75,18 +82,26 @@ class CNNEDEncoder:
         from .model import CNNEDNet
 
         self._net = CNNEDNet(len(self.alphabet), self.max_len, self.embed_dim, self.n_layers,
-                             self.channels)
+                             self.channels, self.global_channels)
         return self._net
 
     def fit(self, strings: list[str], epochs: int = 10, batch_size: int = 64,
-            n_train: int = 2000, n_neighbors: int = 100, learning_rate: float = 1e-3,
+            n_train: int = 3000, n_neighbors: int = 100, neighbours: str = "pool",
+            n_candidates: int = 500, n_pool: int | None = None, learning_rate: float = 1e-3,
             early_stopping: int | None = None, validation_fraction: float = 0.1,
             n_threads: int = 1, progress: bool = True) -> CNNEDEncoder:
-        """Train on (a seeded sample of) ``strings``.
+        """Train on ``strings``.
 
         epochs : passes over the training anchors (each draws fresh triplets).
-        n_train : training sample size; exact edit distances among the sample pick triplets.
+        n_train : number of anchors (a seeded sample of the distinct strings).
         n_neighbors : the paper's 2K: each anchor's two partners come from its 2K nearest.
+        neighbours : where the 2K nearest are sought. "pool" (default): among all distinct
+            strings (or a seeded sample of ``n_pool``), through ``n_candidates`` bigram-profile
+            candidates per anchor re-ranked by exact edit distance, so that close pairs occur
+            at their real frequency. "sample": exactly, among the anchors only (the paper's
+            code); on sparse data (proteins) such a sample holds almost no close pairs.
+        n_candidates : candidates per anchor for "pool"; ignored (exact against the whole
+            pool) when the strings' mean length is at most 64, where that is cheaper.
         early_stopping : patience in epochs on held-out anchors' triplet loss (None: off).
         n_threads : torch and rapidfuzz threads.
         """
@@ -112,18 +127,36 @@ class CNNEDEncoder:
                 f"training needs at least 3 distinct strings; got {len(uniq)}")
         if self.alphabet is None:
             self.alphabet = Alphabet.from_strings(uniq)
+        if neighbours not in ("pool", "sample"):
+            raise InvalidParameterError(
+                f"neighbours must be 'pool' or 'sample'; got {neighbours!r}")
+        n_candidates = check_int("n_candidates", n_candidates, 1)
         rng = np.random.default_rng(self.seed)
-        pick = np.sort(rng.choice(len(uniq), min(n_train, len(uniq)), replace=False))
-        sample = [uniq[i] for i in pick]
-        codes, _ = self.alphabet.encode(sample, self.max_len, "training strings")
         t0 = time.perf_counter()
-        nb = T.nearest_neighbours(sample, n_neighbors, workers=n_threads, progress=progress)
+        if neighbours == "sample":
+            pick = np.sort(rng.choice(len(uniq), min(n_train, len(uniq)), replace=False))
+            pool = [uniq[i] for i in pick]
+            codes, _ = self.alphabet.encode(pool, self.max_len, "training strings")
+            nb = T.nearest_neighbours(pool, n_neighbors, workers=n_threads, progress=progress)
+        else:
+            if n_pool is not None and check_int("n_pool", n_pool, 3) < len(uniq):
+                uniq = [uniq[i] for i in np.sort(rng.choice(len(uniq), n_pool, replace=False))]
+            pool = uniq
+            # neighbours and the mean distance are taken on the strings as embedded
+            codes, lengths = self.alphabet.encode(pool, self.max_len, "training strings")
+            pool = [s[: self.max_len] for s in pool]
+            anchors = np.sort(rng.choice(len(pool), min(n_train, len(pool)), replace=False))
+            if lengths.mean() <= SHORT_STRINGS:  # exact distances are cheaper than the filter
+                n_candidates = None
+            nb = T.pool_neighbours(pool, codes, lengths, len(self.alphabet), anchors,
+                                   n_neighbors, n_candidates,
+                                   seed=self.seed, workers=n_threads, progress=progress)
         t_nb = time.perf_counter() - t0
-        log.info("neighbours of %d training strings in %.1f s; mean edit distance %.3f",
-                 len(sample), t_nb, nb.mean_distance)
+        log.info("neighbours of %d anchors among %d strings in %.1f s; mean edit distance %.3f",
+                 nb.ids.shape[0], len(pool), t_nb, nb.mean_distance)
         with M.torch_session(n_threads, self.seed):
             net = self._build()
-            report = T.train(net, codes, sample, nb, epochs=epochs,
+            report = T.train(net, codes, pool, nb, epochs=epochs,
                              batch_size=batch_size, learning_rate=learning_rate,
                              early_stopping=early_stopping,
                              validation_fraction=validation_fraction, seed=self.seed,
@@ -163,7 +196,8 @@ class CNNEDEncoder:
             "class": FILE_CLASS, "metric": "l2", "dim": self.embed_dim, "count": 0,
             "params": {"alphabet": self.alphabet.chars, "max_len": self.max_len,
                        "embed_dim": self.embed_dim, "n_layers": self.n_layers,
-                       "channels": self.channels, "seed": self.seed},
+                       "channels": self.channels, "global_channels": self.global_channels,
+                       "seed": self.seed},
             "meta": {"mean_distance": self.mean_distance},
         }
         return header, state_to_numpy(self._net)
@@ -175,7 +209,7 @@ class CNNEDEncoder:
         try:
             if header.get("class") != FILE_CLASS:
                 raise ValueError(f"holds a {header.get('class')!r}, not a {FILE_CLASS!r}")
-            enc = cls(**header["params"])
+            enc = cls(**{"global_channels": 0, **header["params"]})  # files before the branch
             enc._build()
             state_from_numpy(enc._net, arrays)
             enc._net.eval()

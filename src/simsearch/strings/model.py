@@ -27,10 +27,13 @@ class CNNEDNet(nn.Module):
     flattened size is C * channels * M / 2^n_layers. Deep stacks (long strings) take the C
     indicator rows as input channels of the first convolution and use average pooling (which
     keeps long-range counts): the per-row layout costs C times more and was measured at
-    17 ms per string of length 512 here, too slow to embed 50,000 proteins.
+    17 ms per string of length 512 here, too slow to embed 50,000 proteins. With
+    ``global_channels`` > 0, a kernel-2 convolution on the one-hot input, ReLU and a mean over
+    all positions add that many whole-string features before the linear layer.
     """
 
-    def __init__(self, n_chars: int, max_len: int, embed_dim: int, n_layers: int, channels: int):
+    def __init__(self, n_chars: int, max_len: int, embed_dim: int, n_layers: int, channels: int,
+                 global_channels: int = 0):
         super().__init__()
         self.n_chars, self.n_layers = n_chars, n_layers
         step = 1 << n_layers
@@ -45,7 +48,13 @@ class CNNEDNet(nn.Module):
         self.conv = nn.Sequential(*layers)
         rows = n_chars if self.per_char else 1
         self.flat_size = rows * channels * (self.padded_len // step)
-        self.fc = nn.Linear(self.flat_size, embed_dim)
+        # Global branch: bigram detectors averaged over the whole (padded) string, i.e. learned
+        # composition counts scaled by length. Far neighbours of long strings are decided by
+        # length and composition, which the positional stack only sees bin by bin.
+        self.global_channels = global_channels
+        self.glob = (nn.Conv1d(n_chars, global_channels, 2, bias=False)
+                     if global_channels else None)
+        self.fc = nn.Linear(self.flat_size + global_channels, embed_dim)
 
     def one_hot(self, codes: np.ndarray) -> torch.Tensor:
         """uint8 codes (N, M), 0 = padding -> float32 one-hot (N, C, padded_len)."""
@@ -57,8 +66,10 @@ class CNNEDNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, m = x.shape
-        h = self.conv(x.reshape(n * c, 1, m) if self.per_char else x)
-        return self.fc(h.reshape(n, self.flat_size))
+        h = self.conv(x.reshape(n * c, 1, m) if self.per_char else x).reshape(n, self.flat_size)
+        if self.glob is not None:
+            h = torch.cat([h, torch.relu(self.glob(x)).mean(2)], 1)
+        return self.fc(h)
 
 
 @contextlib.contextmanager

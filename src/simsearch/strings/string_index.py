@@ -76,11 +76,21 @@ class StringIndex:
     def __repr__(self) -> str:
         return f"StringIndex({self.encoder!r}, index={self.index_kind!r}) n={len(self)}"
 
-    def add(self, strings: list[str], ids: Any = None, batch_size: int = 2048) -> np.ndarray:
+    def add(self, strings: list[str], ids: Any = None, batch_size: int = 2048,
+            embeddings: np.ndarray | None = None) -> np.ndarray:
         """Embed and add strings; ids default to consecutive integers. Returns int64 ids. The
-        whole batch is checked (types, alphabet, ids) before anything changes."""
+        whole batch is checked (types, alphabet, ids) before anything changes.
+        ``embeddings``: ``encoder.encode(strings)`` when the caller already has it."""
         strings = check_strings(strings)
-        x = self.encoder.encode(strings, batch_size=batch_size)
+        if embeddings is None:
+            x = self.encoder.encode(strings, batch_size=batch_size)
+        else:
+            self.encoder.alphabet.encode(strings, 1)  # the alphabet check encode() would make
+            x = np.asarray(embeddings, np.float32)
+            if x.shape != (len(strings), self.encoder.dim):
+                raise InvalidParameterError(
+                    f"embeddings must have shape ({len(strings)}, {self.encoder.dim}); "
+                    f"got {x.shape}")
         with self._lock:
             ids = self._vectors.add(x, ids if ids is None else as_id_array(ids))
             self._strings.update(zip(ids.tolist(), strings, strict=True))

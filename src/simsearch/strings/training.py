@@ -56,12 +56,18 @@ def _dist(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Neighbours:
-    """Each training string's ``n_neighbors`` nearest others by edit distance (ids, distances
-    int32), and the mean edit distance over all pairs (the normalising scale)."""
+    """Row r: anchor ``anchors[r]`` and its ``n_neighbors`` nearest others by edit distance
+    (``ids`` into the same string list, ascending ``dists`` int32); ``mean_distance`` is the
+    mean edit distance between two strings of the list (the normalising scale)."""
 
     ids: np.ndarray
     dists: np.ndarray
     mean_distance: float
+    anchors: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.anchors is None:
+            self.anchors = np.arange(self.ids.shape[0])
 
 
 def nearest_neighbours(strings: list[str], n_neighbors: int, workers: int = -1,
@@ -88,15 +94,81 @@ def nearest_neighbours(strings: list[str], n_neighbors: int, workers: int = -1,
     return Neighbours(ids, dists, max(mean, 1e-6))
 
 
+def bigram_profiles(codes: np.ndarray, lengths: np.ndarray, n_chars: int,
+                    max_buckets: int = 2048) -> np.ndarray:
+    """Bigram counts float32 (n, min((n_chars + 1)**2, max_buckets)), hashed past the cap."""
+    from . import _kernels as K
+
+    stride = n_chars + 1
+    out = np.zeros((codes.shape[0], min(stride * stride, max_buckets)), np.float32)
+    K.bigram_profile(codes, lengths, stride, out.shape[1], out)
+    return out
+
+
+def pool_neighbours(strings: list[str], codes: np.ndarray, lengths: np.ndarray, n_chars: int,
+                    anchors: np.ndarray, n_neighbors: int, n_candidates: int | None,
+                    max_buckets: int = 2048, n_mean_pairs: int = 20_000, seed: int = 0,
+                    workers: int = 1, block: int = 256, progress: bool = True) -> Neighbours:
+    """Neighbour lists of ``anchors`` among the whole pool ``strings``, so that close pairs
+    appear at their real frequency (a small sample of a sparse set such as proteins holds
+    almost none). ``n_candidates`` None: exact, against every string. Otherwise candidates:
+    the ``n_candidates`` nearest by bigram-count profile (L2; measured on proteins: recall@10
+    0.81 among 2,000 such candidates, CGK 0.53), then exact edit distances (rapidfuzz) pick
+    the ``n_neighbors`` (the paper's 2K) nearest. The mean edit distance is estimated on
+    ``n_mean_pairs`` random pairs."""
+    from rapidfuzz.distance import Levenshtein
+    from rapidfuzz.process import cdist
+    from threadpoolctl import threadpool_limits
+    from tqdm.auto import tqdm
+
+    n = len(strings)
+    kk = min(n_neighbors, n - 1)
+    ids = np.empty((anchors.size, kk), np.int64)
+    dists = np.empty((anchors.size, kk), np.int32)
+    exact = n_candidates is None or n_candidates >= n - 1
+    if not exact:
+        n_candidates = max(n_candidates, kk)
+        prof = bigram_profiles(codes, lengths, n_chars, max_buckets)
+        sq = (prof.astype(np.float64) ** 2).sum(1).astype(np.float32)
+    with tqdm(total=anchors.size, desc="edit-distance neighbours", unit="str", leave=False,
+              disable=not progress or None) as bar:
+        for s in range(0, anchors.size, block):
+            a = anchors[s : s + block]
+            if exact:  # every string is a candidate
+                d = edit_distance_matrix([strings[i] for i in a.tolist()], strings, workers)
+                d[np.arange(a.size), a] = np.iinfo(np.int32).max  # not one's own neighbour
+                ids[s : s + block], dists[s : s + block] = _topk_small(d, kk)
+                bar.update(a.size)
+                continue
+            with threadpool_limits(max(workers, 1)):
+                d2 = sq[a, None] + sq[None, :] - 2.0 * (prof[a] @ prof.T)
+            d2[np.arange(a.size), a] = np.inf  # not one's own neighbour
+            cand = np.argpartition(d2, n_candidates - 1, axis=1)[:, :n_candidates]
+            for r, row in enumerate(cand):
+                row = np.sort(row)
+                ed = cdist([strings[a[r]]], [strings[j] for j in row.tolist()],
+                           scorer=Levenshtein.distance, dtype=np.int32, workers=workers)[0]
+                order = np.lexsort((row, ed))[:kk]
+                ids[s + r], dists[s + r] = row[order], ed[order]
+            bar.update(a.size)
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, n_mean_pairs)
+    j = (i + rng.integers(1, n, n_mean_pairs)) % n
+    mean = float(np.mean([Levenshtein.distance(strings[x], strings[y])
+                          for x, y in zip(i.tolist(), j.tolist(), strict=True)]))
+    return Neighbours(ids, dists, max(mean, 1e-6), np.asarray(anchors, np.int64))
+
+
 def sample_triplets(nb: Neighbours, anchors: np.ndarray, rng: np.random.Generator):
-    """For each anchor, two distinct random neighbours among its 2K nearest; the closer (by edit
-    distance) is the positive. Returns (anchor, positive, negative) ids and d_ap, d_an."""
+    """``anchors``: rows of ``nb``. For each, two distinct random neighbours among its 2K
+    nearest; the closer (by edit distance) is the positive. Returns (anchor, positive,
+    negative) ids and d_ap, d_an."""
     kk = nb.ids.shape[1]
     i1 = rng.integers(0, kk, anchors.size)
     i2 = rng.integers(0, kk - 1, anchors.size)
     i2 += i2 >= i1
     lo, hi = np.minimum(i1, i2), np.maximum(i1, i2)  # lists are sorted: lower rank is closer
-    return (anchors, nb.ids[anchors, lo], nb.ids[anchors, hi],
+    return (nb.anchors[anchors], nb.ids[anchors, lo], nb.ids[anchors, hi],
             nb.dists[anchors, lo], nb.dists[anchors, hi])
 
 
@@ -120,7 +192,7 @@ def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs:
     from tqdm.auto import tqdm
 
     rng = np.random.default_rng(seed)
-    n = len(strings)
+    n = nb.ids.shape[0]  # anchors (rows of nb); codes and strings cover the whole pool
     perm = rng.permutation(n)
     n_val = int(round(validation_fraction * n)) if early_stopping else 0
     val_anchors, train_anchors = np.sort(perm[:n_val]), np.sort(perm[n_val:])
