@@ -10,7 +10,7 @@ import simsearch as ss
 from simsearch import errors
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
-from simsearch.lsh import NormRangingLSH, SimpleLSH, pair_order, pair_scores
+from simsearch.lsh import NormRangingLSH, SimpleLSH, pair_scores
 from simsearch.lsh import _kernels as K
 from simsearch.lsh.nr_lsh import RANKINGS, simple_lsh_transform
 
@@ -60,13 +60,9 @@ def ref_codes(x, U_item, projT):
     )
 
 
-def trace(idx, q, ranking, n_probe=N + 1, k=K10):
+def trace(idx, q, ranking, n_probe=N + 1, k=K10, prune=False):
     """The buckets the kernel probes for q, with the arguments the class passes."""
-    st = idx._state
-    pr, ph = pair_order(st.U, idx.n_hash_bits, ranking)
-    seq = pr.astype(np.int64) * (idx.n_hash_bits + 1) + ph
-    return K.probe_trace(q, idx._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, seq,
-                         n_probe, k)  # fmt: skip
+    return K.probe_trace(q, *idx._probe_args(ranking, prune), n_probe, k)
 
 
 def ref_probe_order(idx, q, ranking):
@@ -100,6 +96,51 @@ def test_probe_order_matches_reference(nr, data, ranking):
     for q in queries[:5]:
         got = trace(nr, q, ranking)
         np.testing.assert_array_equal(got, ref_probe_order(nr, q, ranking))
+
+
+def ref_pruned_trace(idx, q, ranking, n_probe, k):
+    """The reference probe order with the norm bound: a (range, distance) pair is skipped when k
+    items are held and U_j |q| (1 + 1e-4) is below the k-th best score; stop once n_probe items
+    are probed. Scores in float32, as the kernel."""
+    b = idx.buckets()
+    st = idx._state
+    qc = int(K.hash_query(q, idx._projT))
+    bound = b["U"] * np.sqrt((q.astype(np.float64) ** 2).sum()) * (1 + 1e-4)
+    scores, out, probed, last, skip = [], [], 0, None, False
+    for bk in ref_probe_order(idx, q, ranking):
+        r = np.searchsorted(b["range_start"], bk, side="right") - 1
+        pair = (r, bin(int(b["codes"][bk]) ^ qc).count("1"))
+        if pair != last:
+            last = pair
+            skip = len(scores) >= k and bound[r] < np.sort(scores)[-k]
+        if skip:
+            continue
+        out.append(bk)
+        rows = st.x[b["start"][bk] : b["start"][bk + 1]]
+        scores += list((rows @ q).astype(np.float32))
+        probed += rows.shape[0]
+        if probed >= n_probe:
+            break
+    return np.array(out)
+
+
+@pytest.mark.parametrize("n_probe", [400, N + 1])
+def test_pruned_probe_order_matches_reference(nr, data, n_probe):
+    _, queries, _ = data
+    for q in queries[:4]:
+        got = trace(nr, q, "shifted", n_probe=n_probe, prune=True)
+        np.testing.assert_array_equal(got, ref_pruned_trace(nr, q, "shifted", n_probe, K10))
+        if n_probe > N:  # the bound skips part of the base
+            assert got.size < nr.buckets()["codes"].size
+
+
+def test_pruning_never_hurts(nr, data):
+    for T in (100, 400, 1600):
+        a = nr.search(data[1], K10, n_probe_items=T, prune=False)
+        b = nr.search(data[1], K10, n_probe_items=T, prune=True)
+        # per query, the pruned answer's k-th score is at least the unpruned one's
+        assert (b.scores[:, -1] >= a.scores[:, -1] - 1e-6).all()
+        assert recall(b, data) >= recall(a, data)
 
 
 def test_simple_lsh_probes_by_hamming(simple, data):
@@ -149,11 +190,14 @@ def test_full_probe_is_exact(cls, data):
     base, queries, gt = data
     idx = cls(DIM, n_bits=16, seed=2)
     idx.add(base)
-    for threads in (1, 2):
-        r = idx.search(queries, 20, n_probe_items=N, n_threads=threads)
+    for threads, prune in ((1, False), (2, False), (1, True), (2, True)):
+        r = idx.search(queries, 20, n_probe_items=N, n_threads=threads, prune=prune)
         assert recall(r, data, 20) == 1.0
         np.testing.assert_allclose(r.scores, gt.scores[:, :20], rtol=1e-4, atol=1e-4)
-        assert r.stats["probed_items"] == N * len(queries)
+        if prune and cls is NormRangingLSH:  # the norm bound skips ranges: exact for less
+            assert r.stats["probed_items"] < 0.5 * N * len(queries)  # observed 0.32
+        elif not prune:
+            assert r.stats["probed_items"] == N * len(queries)
 
 
 def test_parallel_equals_serial(nr, data):
@@ -213,7 +257,7 @@ def test_incremental_adds_match_full_probe(data):
 
 @pytest.mark.parametrize("bad", [
     {"n_probe_items": 0}, {"n_probe_items": 1.5}, {"ranking": "best"}, {"ranking": "ucb"},
-    {"n_threads": 0},
+    {"n_threads": 0}, {"prune": "yes"},
 ])  # fmt: skip
 def test_bad_search_params(nr, data, bad):
     with pytest.raises(errors.InvalidParameterError):

@@ -31,8 +31,13 @@ cos(a) = <q, x> / (|q| U_j); so the paper's score U_j cos(pi (1 - p)) is a plug-
   no better (docs/bench-lsh.md), so this is the default for a measured reason.
 
 The score depends only on (range, matching bits), so the m (L + 1) pairs are ordered once per
-call and the kernel walks them, counting-sorting a range's buckets by Hamming distance the first
-time the range is reached (no per-query sort over all buckets).
+call and the kernel walks them, ordering a range's buckets by Hamming distance lazily, only as far
+as the walk gets (no per-query sort over all buckets).
+
+Norm bound (``prune``, default on): every item of range j has <q, x> <= U_j |q|, so once k items
+are held, pairs of ranges whose bound is below the k-th best score are skipped and the walk stops
+when no later pair can beat it. Exact: the answer at a budget T is never worse than without it,
+and T >= n still returns the exact answer, usually after far fewer than n items.
 """
 
 from __future__ import annotations
@@ -121,7 +126,7 @@ class _RangedLSH(Index):
     """Shared machinery; use :class:`SimpleLSH` or :class:`NormRangingLSH`."""
 
     metrics = ("ip",)
-    search_params = frozenset({"n_probe_items", "ranking", "n_threads"})
+    search_params = frozenset({"n_probe_items", "ranking", "n_threads", "prune"})
 
     def _setup(self, n_bits: int, n_ranges: int, seed: int) -> None:
         self.n_ranges = n_ranges
@@ -217,29 +222,38 @@ class _RangedLSH(Index):
 
     def _search(
         self, q: np.ndarray, k: int, n_probe_items: int = 1000, ranking: str = DEFAULT_RANKING,
-        n_threads: int = 1,
+        n_threads: int = 1, prune: bool = True,
     ) -> SearchResult:  # fmt: skip
         T = check_int("n_probe_items", n_probe_items, 1)
+        if not isinstance(prune, (bool, np.bool_)):
+            raise InvalidParameterError(f"prune must be True or False; got {prune!r}")
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if n_threads == 0:
             raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
-        st = self._state
-        pr, ph = pair_order(st.U, self.n_hash_bits, ranking)
-        seq = pr.astype(np.int64) * (self.n_hash_bits + 1) + ph
-        args = (q, self._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, seq, max(T, k), k)
+        args = (q, *self._probe_args(ranking, prune), max(T, k), k)
         if n_threads == 1 or q.shape[0] == 1:
             ids, S, probed, nb = K.search_batch(*args)
         else:
             nt = numba.config.NUMBA_NUM_THREADS if n_threads == -1 else n_threads
+            nt = min(nt, numba.config.NUMBA_NUM_THREADS)
             old = numba.get_num_threads()
-            numba.set_num_threads(min(nt, numba.config.NUMBA_NUM_THREADS))
+            numba.set_num_threads(nt)
             try:
-                ids, S, probed, nb = K.search_batch_parallel(*args)
+                ids, S, probed, nb = K.search_batch_parallel(*args, nt)
             finally:
                 numba.set_num_threads(old)
         return LSHSearchResult(
             ids, S, {"probed_items": int(probed.sum()), "probed_buckets": int(nb.sum())}
         )
+
+    def _probe_args(self, ranking: str, prune: bool) -> tuple:
+        """The index arguments of the probe kernels (between the query and n_probe, k)."""
+        st = self._state
+        pr, ph = pair_order(st.U, self.n_hash_bits, ranking)
+        seq = pr.astype(np.int64) * (self.n_hash_bits + 1) + ph
+        umax = np.ascontiguousarray(np.maximum.accumulate(st.U[pr][::-1])[::-1])
+        return (self._projT, st.x, st.ids, st.bcode, st.bstart, st.rbstart, seq, umax, st.U,
+                bool(prune))  # fmt: skip
 
     def buckets(self) -> dict[str, np.ndarray]:
         """The compact bucket arrays (read-only views) for inspection: ``codes``, ``start``,
@@ -291,6 +305,8 @@ class NormRangingLSH(_RangedLSH):
     product; T >= len(index) gives the exact answer. ``ranking``: the bucket score, "shifted"
     (default) or "plain", see the module docstring.
     ``n_threads``: 1 (default) or more / -1 (all cores) to spread a batch over numba threads.
+    ``prune``: skip ranges whose norm bound U_j |q| is below the current k-th best score
+    (default True; exact, see the module docstring).
 
     Updates: the ranges are cut (items sorted by norm, equal counts) on the first add and again
     whenever the index has doubled since the last cut, rehashing every item. In between, a new
