@@ -52,13 +52,13 @@ def summary(tags: list[str], t: int = 64, k: int = 20) -> str:
     return markdown_table(rows, cols)
 
 
-def plot(tags: list[str], title: str, path: Path, k: int = 20) -> None:
+def plot(tags: list[str], title: str, path: Path, k: int = 20, drop=()) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for t in tags for r in load(t)["rows"]]
+    rows = [r for t in tags for r in load(t)["rows"] if f"{t}:{r['base']}" not in drop]
     bits = sorted({r["bits"] for r in rows})
     fig, axes = plt.subplots(1, len(bits), figsize=(5.5 * len(bits), 4), squeeze=False)
     colors = {"pq": "C0", "opq": "C1", "rq": "C2", "lsq": "C3"}
@@ -82,6 +82,35 @@ def plot(tags: list[str], title: str, path: Path, k: int = 20) -> None:
     plt.close(fig)
 
 
+def plot_ivf(tags: list[str], path: Path) -> None:
+    """recall@10 against queries/s over n_probe: NEQ-PQ with lists vs IndexIVFPQ."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tags), figsize=(5.5 * len(tags), 4), squeeze=False)
+    for ax, tag in zip(axes[0], tags, strict=True):
+        doc = load(tag)
+        rows, a = doc["rows"], doc["args"]
+        for key, label, style in (("ivfpq", "faiss IndexIVFPQ", "--x"),
+                                  ("neq_ivf", "NEQ-PQ, n_lists", "-o")):  # fmt: skip
+            ax.plot([r[f"{key}_r10"] for r in rows], [r[f"{key}_qps"] for r in rows], style,
+                    ms=4, label=label)  # fmt: skip
+            for r in rows:
+                ax.annotate(str(r["n_probe"]), (r[f"{key}_r10"], r[f"{key}_qps"]), fontsize=6)
+        ax.set_yscale("log")
+        ax.set_xlabel("recall@10 (no re-ranking)")
+        ax.set_ylabel("queries/s, one thread")
+        ax.set_title(f"{doc['n']:,} x {doc['dim']}, {a['codebooks']} B/item, {a['n_lists']} lists")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("tags", nargs="+")
@@ -89,7 +118,16 @@ def main(argv=None):
     ap.add_argument("--png", default=None, help="write one plot of all tags here")
     ap.add_argument("--title", default="")
     ap.add_argument("--summary", action="store_true", help="only the T=64 summary of all tags")
+    ap.add_argument("--ivf", action="store_true", help="tags are quant_ivf_bench runs")
+    ap.add_argument("--drop", nargs="*", default=(), help="TAG:BASE rows left out of the plot")
     args = ap.parse_args(argv)
+    if args.ivf:
+        for t in args.tags:
+            doc = load(t)
+            print(f"### {t}\n\n{markdown_table(doc['rows'], list(doc['rows'][0]))}\n")
+        if args.png:
+            plot_ivf(args.tags, Path(args.png))
+        return
     if args.summary:
         print(summary(args.tags))
         return
@@ -99,7 +137,7 @@ def main(argv=None):
         if q:
             print(f"scan queries/s (k=10, one thread):\n\n{q}\n")
     if args.png:
-        plot(args.tags, args.title, Path(args.png), args.k)
+        plot(args.tags, args.title, Path(args.png), args.k, set(args.drop))
 
 
 if __name__ == "__main__":
