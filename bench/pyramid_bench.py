@@ -183,13 +183,24 @@ def sweep(args) -> None:
             return recall_at_k(r.ids, gt.ids, K, gt_scores=gt.scores, queries=queries,
                                base=base, metric=args.metric)
 
+        targets = {"pyramid": col, "naive": naive}
         settings = [("pyramid", {"branching": b, "ef": e, "part_effort": pe})
                     for pe in args.effort for e in args.ef for b in args.branching]
+        if args.client_routed:  # the router copied into this process, asking shards directly
+            from simsearch.pyramid.cluster import open_router
+
+            targets["pyramid-client"] = open_router(cl.dir, cl.coordinator, "glove")
+            settings += [("pyramid-client", {"branching": b, "ef": e, "part_effort": "uniform"})
+                         for e in args.ef for b in args.branching]
         settings += [("naive", {"ef": e}) for e in args.naive_ef]
         for scheme, params in settings:
-            target = col if scheme == "pyramid" else naive
+            target = targets[scheme]
             row = {"scheme": scheme, **params,
                    "recall": round(rec(target.search(queries, K, **params)), 4)}
+            if "pyramid-client" in targets and scheme != "naive":
+                row["parts_per_query"] = round(float(
+                    targets["pyramid-client"].route(queries, params["branching"]).sum(1).mean()),
+                    2)
             rows.append(row)
         # throughput: every setting measured in short turns, the turn order rotating, so the
         # schemes alternate under the same background load
@@ -204,7 +215,7 @@ def sweep(args) -> None:
                     order.reverse()
                 for i in order:
                     scheme, params = settings[i]
-                    target = col if scheme == "pyramid" else naive
+                    target = targets[scheme]
                     n, wall, cpu = closed_loop(lambda q, t=target, p=params: t.search(q, K, **p),
                                                queries, args.clients, args.seconds / n_turns, cl,
                                                batch)
@@ -405,7 +416,8 @@ def routing(args) -> None:
             for m in args.n_centers_list:
                 t0 = time.time()
                 p = PyramidIndex(50, args.metric, n_centers=m, n_partitions=args.parts,
-                                 sub_index="flat", edge_tau=tau)
+                                 sub_index="flat", edge_tau=tau,
+                                 mips_replicas=args.mips_replicas)
                 p.train(base)
                 p.add(base)
                 build = time.time() - t0
@@ -419,7 +431,9 @@ def routing(args) -> None:
                     print(row, flush=True)
                     rows.append(row)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"pyramid_routing_{args.metric}.json").write_text(json.dumps(
+    name = (f"pyramid_routing_{args.metric}_{args.parts}parts_{args.n_base // 1000}k"
+            + (f"_r{args.mips_replicas}" if args.metric == "ip" else "") + ".json")
+    (RESULTS / name).write_text(json.dumps(
         {"metric": args.metric, "n_base": args.n_base, "parts": args.parts, "rows": rows},
         indent=1))
     print("\n| edge_tau | centres | K | recall@10 (exact parts) | parts asked / query |")
@@ -446,19 +460,63 @@ def table(paths) -> None:
         print("|" + "---|" * len(head))
         naive = [r for r in d["rows"] if r["scheme"] == "naive"]
         for r in d["rows"]:
-            cells = [r["scheme"], str(r.get("branching", "all")), str(r["ef"]),
-                     r.get("part_effort", "uniform") if r["scheme"] == "pyramid" else "",
+            kcell = str(r.get("branching", "all"))
+            if "parts_per_query" in r:
+                kcell += f" ({r['parts_per_query']:.1f} parts)"
+            cells = [r["scheme"], kcell, str(r["ef"]),
+                     r.get("part_effort", "uniform") if r["scheme"] != "naive" else "",
                      f"{r['recall']:.3f}"]
             for b in bs:
                 peers = [n for n in naive if n["recall"] >= r["recall"]]
                 ratio = gain = ""
-                if r["scheme"] == "pyramid" and peers:
+                if r["scheme"] != "naive" and peers:
                     best = max(n[f"qps_b{b}"] for n in peers)
                     ratio = f"{r[f'qps_b{b}'] / best:.2f}x"
                     cheapest = min(n[f"cpu_ms_b{b}"] for n in peers)
                     gain = f"{cheapest / r[f'cpu_ms_b{b}']:.2f}x"
                 cells += [f"{r[f'qps_b{b}']:.0f}", f"{r[f'cpu_ms_b{b}']:.2f}", ratio, gain]
             print("| " + " | ".join(cells) + " |")
+
+
+def naive_at(naive: list, recall: float, key: str) -> float | None:
+    """A naive row's ``key`` linearly interpolated at ``recall`` between the two naive rows
+    whose recall brackets it (None outside the naive rows' range)."""
+    rs = sorted(naive, key=lambda r: r["recall"])
+    x = [r["recall"] for r in rs]
+    if not rs or recall < x[0] or recall > x[-1]:
+        return None
+    return float(np.interp(recall, x, [r[key] for r in rs]))
+
+
+def summary(paths, min_recall: float = 0.9, best: bool = False) -> None:
+    """Per file and batch size: every pyramid row with recall >= min_recall beside the naive
+    scheme interpolated to the same recall (q/s ratio and CPU gain); ``best``: only the row
+    with the highest q/s ratio per scheme (via the coordinator, client-routed)."""
+    print("| data | batch | pyramid (K, ef, effort) | recall@10 | pyramid q/s | naive q/s at "
+          "equal recall | q/s ratio | pyramid CPU ms/q | naive CPU ms/q | CPU gain |")
+    print("|" + "---|" * 10)
+    for path in paths:
+        d = json.loads(Path(path).read_text())
+        naive = [r for r in d["rows"] if r["scheme"] == "naive"]
+        pyr = [r for r in d["rows"] if r["scheme"] != "naive" and r["recall"] >= min_recall]
+        name = f"{d['metric']} {d['n_base'] // 1000}k, {d['shards']} shards ({Path(path).stem})"
+        for b in d.get("batch", [1]):
+            lines = []
+            for r in sorted(pyr, key=lambda r: r["recall"]):
+                nq = naive_at(naive, r["recall"], f"qps_b{b}")
+                nc = naive_at(naive, r["recall"], f"cpu_ms_b{b}")
+                if nq is None:
+                    continue
+                lines.append((r, nq, nc))
+            if best:
+                lines = [max((t for t in lines if t[0]["scheme"] == sch),
+                             key=lambda t: t[0][f"qps_b{b}"] / t[1])
+                         for sch in sorted({t[0]["scheme"] for t in lines})]
+            for r, nq, nc in lines:
+                print(f"| {name} | {b} | {r['scheme']}: K={r['branching']}, ef={r['ef']}, "
+                      f"{r.get('part_effort', 'uniform')} | {r['recall']:.3f} | "
+                      f"{r[f'qps_b{b}']:.0f} | {nq:.0f} | {r[f'qps_b{b}'] / nq:.2f}x | "
+                      f"{r[f'cpu_ms_b{b}']:.2f} | {nc:.2f} | {nc / r[f'cpu_ms_b{b}']:.2f}x |")
 
 
 def plot(paths, out: str) -> None:
@@ -476,8 +534,8 @@ def plot(paths, out: str) -> None:
     for row, d in zip(axes, ds, strict=True):
         groups: dict[str, list] = {}
         for r in d["rows"]:
-            name = (f"pyramid ef={r['ef']} {r.get('part_effort', 'uniform')}"
-                    if r["scheme"] == "pyramid" else "naive")
+            name = (f"{r['scheme']} ef={r['ef']} {r.get('part_effort', 'uniform')}"
+                    if r["scheme"] != "naive" else "naive")
             groups.setdefault(name, []).append(r)
         for ax, b in zip(row, bs, strict=True):
             for name, rs in groups.items():
@@ -496,7 +554,7 @@ def plot(paths, out: str) -> None:
         row[0].legend(fontsize=6)
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=70)
+    fig.savefig(out, dpi=55)
 
 
 def main(argv=None) -> int:
@@ -523,6 +581,8 @@ def main(argv=None) -> int:
                    help="turns per setting (each --seconds / turns long, order rotating)")
     s.add_argument("--tag", default="", help="suffix of the result file name")
     s.add_argument("--mips-replicas", type=int, default=300, help="ip: the paper's r")
+    s.add_argument("--client-routed", action="store_true",
+                   help="also pyramid with the router in the client (no coordinator hop)")
     f = sub.choices["faults"]
     f.add_argument("--rate", type=float, default=40.0)
     f.add_argument("--seconds", type=float, default=40.0)
@@ -534,14 +594,21 @@ def main(argv=None) -> int:
     r.add_argument("--parts", type=int, default=8)
     r.add_argument("--branching", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     r.add_argument("--edge-tau", type=float, nargs="+", default=[0.0, 0.1])
+    r.add_argument("--mips-replicas", type=int, default=300, help="ip: the paper's r")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
+    sm = sub.add_parser("summary")
+    sm.add_argument("paths", nargs="+")
+    sm.add_argument("--min-recall", type=float, default=0.9)
+    sm.add_argument("--best", action="store_true", help="the best row per scheme only")
     pl = sub.add_parser("plot")
     pl.add_argument("paths", nargs="+")
     pl.add_argument("--out", default="docs/img/pyramid_sweep.png")
     args = p.parse_args(argv)
     if args.mode == "table":
         table(args.paths)
+    elif args.mode == "summary":
+        summary(args.paths, args.min_recall, args.best)
     elif args.mode == "plot":
         plot(args.paths, args.out)
     elif args.mode == "routing":

@@ -15,6 +15,7 @@ import simsearch as ss  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
 from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
+from simsearch.pyramid.cluster import open_router  # noqa: E402
 
 DIM, K = 16, 10
 PARAMS = dict(n_centers=24, n_partitions=3, mips_replicas=30, sub_index="flat")
@@ -58,6 +59,13 @@ def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, da
         b = ref.search(queries, K, branching=branching)
         np.testing.assert_array_equal(a.ids, b.ids)
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
+    # the router copied into this process asks the shards directly and answers the same
+    router = open_router(cl.dir, cl.coordinator, "docs")
+    try:
+        np.testing.assert_array_equal(router.search(queries, K, branching=2).ids,
+                                      ref.search(queries, K, branching=2).ids)
+    finally:
+        router.parts[0].pool.close()
     # every part on two different shards
     cmap = json.loads((cl.dir / "cluster.json").read_text())
     assert cmap["replicas"] == 2 and len(cmap["shards"]) == 3

@@ -139,11 +139,11 @@ def test_recall_with_hnsw_parts_and_small_branching(metric, data):
     assert rec >= 0.9, rec  # observed 0.99 (ip), 0.98 (l2)
     # fewer parts per query than all of them
     assert p.route(queries, 4).sum(1).mean() < 4
-    # secondary parts with a smaller beam lose little; the uniform beam asks the same parts
-    u = p.search(queries, K, branching=4, ef=64, part_effort="uniform")
-    rec_u = recall_at_k(u.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base,
-                        metric=metric)
-    assert rec_u >= rec - 0.02, (rec_u, rec)  # observed equal
+    # secondary parts with a smaller beam (part_effort="share") lose little here
+    sh = p.search(queries, K, branching=4, ef=64, part_effort="share")
+    rec_sh = recall_at_k(sh.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base,
+                         metric=metric)
+    assert rec_sh >= rec - 0.05, (rec_sh, rec)  # observed equal
     with pytest.raises(InvalidParameterError, match="part_effort"):
         p.search(queries, K, part_effort="half")
 

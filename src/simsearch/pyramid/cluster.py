@@ -355,7 +355,7 @@ class _PartCall:
         self.cands = cands
         deadline = DEADLINE.get()
         if deadline is not None:  # leave the coordinator time to merge and answer
-            deadline -= min(0.05, 0.1 * max(0.0, deadline - time.monotonic()))
+            deadline -= min(0.2, 0.1 * max(0.0, deadline - time.monotonic()))
         self.deadline = deadline
         self.request = (q, k, convert.dump_params(params))
         self.done = done
@@ -433,6 +433,30 @@ class _PartCall:
             started.append(cands[len(started)])
             pool.executor.submit(self._call, started[-1], True)
         return None
+
+
+def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
+                **pool_options: Any):
+    """A read-only copy of a coordinator's router (centres, meta-HNSW, partition, MIPS lists)
+    in this process, searching the shard servers directly: a query skips the coordinator hop.
+    Writes must still go through the coordinator (this copy does not see them)."""
+    import tempfile
+
+    from ..index import load
+    from ..service.client import connect
+    from . import index as index_mod
+
+    pool = ShardPool(cluster_dir, **pool_options)
+    _config, data = connect(coordinator, timeout=600).export_collection(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "router.idx"
+        path.write_bytes(data)
+        previous = index_mod._parts_factory
+        index_mod.set_parts_factory(pool.make_parts)
+        try:
+            return load(path)
+        finally:
+            index_mod.set_parts_factory(previous)
 
 
 # ---------------------------------------------------------------------------------------------

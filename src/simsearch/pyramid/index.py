@@ -162,10 +162,11 @@ class PyramidIndex(Index):
     Search parameters: ``branching`` (the paper's K: how many nearest centres route the query;
     default 10), ``meta_ef`` (meta-HNSW beam, default max(2K, 32)), ``require_complete``
     (default True: raise when a part cannot answer; False returns partial results flagged with
-    ``coverage``), ``part_effort`` (default "share": when the parts take a beam ``ef``, each
-    query's primary part, the one holding most of its routed centres, and parts with more than
-    half that share search with ``ef``; a part with a share ratio in (2^-(j+1), 2^-j] searches
-    with ef / 2^j (j <= 3), at least ``min_ef``, default k; "uniform": every part with ``ef``),
+    ``coverage``), ``part_effort`` ("uniform", the default: every asked part searches with
+    the sub-index's ``ef``; "share": the query's primary part, the one holding most of its
+    routed centres, and parts with more than half that share search with ``ef``, a part with
+    a share ratio in (2^-(j+1), 2^-j] with ef / 2^j (j <= 3), at least ``min_ef``, default k;
+    measured on glove-50 it saves less work than it loses recall, see docs/bench-pyramid.md),
     ``min_ef`` and the sub-index's own (e.g. ``ef``).
 
     Items go to the part of their nearest centre (for "ip"/"cosine": nearest in direction).
@@ -516,7 +517,7 @@ class PyramidIndex(Index):
 
     def _search(
         self, q: np.ndarray, k: int, branching: int = 10, meta_ef: int | None = None,
-        require_complete: bool = True, part_effort: str = "share", min_ef: int | None = None,
+        require_complete: bool = True, part_effort: str = "uniform", min_ef: int | None = None,
         **sub_params: Any,
     ) -> SearchResult:
         branching = check_int("branching", branching, 1, 1 << 22)
