@@ -431,7 +431,8 @@ def routing(args) -> None:
                     print(row, flush=True)
                     rows.append(row)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = (f"pyramid_routing_{args.metric}_{args.parts}parts_{args.n_base // 1000}k"
+    centres = "-".join(map(str, args.n_centers_list))
+    name = (f"pyramid_routing_{args.metric}_{args.parts}parts_{args.n_base // 1000}k_{centres}c"
             + (f"_r{args.mips_replicas}" if args.metric == "ip" else "") + ".json")
     (RESULTS / name).write_text(json.dumps(
         {"metric": args.metric, "n_base": args.n_base, "parts": args.parts, "rows": rows},
