@@ -28,28 +28,25 @@ def _sift_down(hs, hi, k):
     hs[pos], hi[pos] = s, i
 
 
-@njit(cache=True)
-def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i):
-    """Top-k among the items at positions [starts[r], ends[r]) for one query. lut float32
-    (M, K); codes uint8 (n, M); norm_codes uint8 (n,); norm_codebook float32 (K,); starts, ends
-    int64 (R,). Writes out_s float32 (k,) best first and out_i int64 (k,) item positions (-1
-    and -inf where fewer than k items). Ties go to the smaller position when the ranges are
-    visited in increasing position order."""
+@njit(cache=True, inline="always")
+def _scan_range(lut, codes, norm_codes, norm_codebook, k, start, end, hs, hi):
+    """Offer the items at positions [start, end) to the min-heap (hs, hi) of size k."""
     M = codes.shape[1]
-    hs = np.full(k, -np.inf, np.float32)
-    hi = np.full(k, -1, np.int64)
-    for r in range(starts.shape[0]):
-        for i in range(starts[r], ends[r]):
-            acc = np.float32(0.0)
-            for m in range(M):
-                acc += lut[m, codes[i, m]]
-            s = norm_codebook[norm_codes[i]] * acc
-            # strictly better than the worst kept: earlier positions win ties
-            if s > hs[0]:
-                hs[0] = s
-                hi[0] = i
-                _sift_down(hs, hi, k)
-    # heap sort: repeatedly move the worst to the back
+    for i in range(start, end):
+        acc = np.float32(0.0)
+        for m in range(M):
+            acc += lut[m, codes[i, m]]
+        s = norm_codebook[norm_codes[i]] * acc
+        # strictly better than the worst kept: earlier positions win ties
+        if s > hs[0]:
+            hs[0] = s
+            hi[0] = i
+            _sift_down(hs, hi, k)
+
+
+@njit(cache=True, inline="always")
+def _heap_sorted(hs, hi, k, out_s, out_i):
+    """Heap sort (repeatedly move the worst to the back) into out_s / out_i, best first."""
     for end in range(k - 1, 0, -1):
         s, i = hs[0], hi[0]
         hs[0], hi[0] = hs[end], hi[end]
@@ -61,10 +58,24 @@ def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, o
 
 @njit(cache=True)
 def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i):
-    """Top-k over every item for one query (see :func:`scan_ranges`)."""
-    starts = np.zeros(1, np.int64)
-    ends = np.full(1, codes.shape[0], np.int64)
-    scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i)
+    """Top-k items for one query. lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,);
+    norm_codebook float32 (K,). Writes out_s float32 (k,) best first and out_i int64 (k,) item
+    positions (-1 and -inf where n < k). Ties go to the smaller position."""
+    hs = np.full(k, -np.inf, np.float32)
+    hi = np.full(k, -1, np.int64)
+    _scan_range(lut, codes, norm_codes, norm_codebook, k, 0, codes.shape[0], hs, hi)
+    _heap_sorted(hs, hi, k, out_s, out_i)
+
+
+@njit(cache=True)
+def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i):
+    """As :func:`scan_one` over the items at positions [starts[r], ends[r]) only (int64 (R,)).
+    Ties go to the smaller position when the ranges are visited in increasing order."""
+    hs = np.full(k, -np.inf, np.float32)
+    hi = np.full(k, -1, np.int64)
+    for r in range(starts.shape[0]):
+        _scan_range(lut, codes, norm_codes, norm_codebook, k, starts[r], ends[r], hs, hi)
+    _heap_sorted(hs, hi, k, out_s, out_i)
 
 
 @njit(cache=True)
