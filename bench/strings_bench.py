@@ -66,6 +66,13 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None, help="override the default epochs")
     ap.add_argument("--n-train", type=int, default=None, help="override the training sample")
     ap.add_argument("--channels", type=int, default=None, help="convolution channels")
+    ap.add_argument("--eval-queries", type=int, default=None,
+                    help="measure on the first N queries only (a loaded machine)")
+    ap.add_argument("--e2e-ts", default="10,20,50,100,200,500,1024,2048,4096",
+                    help="T values of the end-to-end runs")
+    ap.add_argument("--brute-queries", type=int, default=None, help="queries timed by brute force")
+    ap.add_argument("--e2e-only", action="store_true",
+                    help="skip the recall-vs-T curves (CNN-ED and CGK)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "strings"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -79,7 +86,9 @@ def main() -> None:
                       max_len=cfg["max_len"])
     base, queries = ds.base, ds.queries
     _, gt_d = ds.ground_truth(50)
-    log.info("%s: %d base, %d queries", args.dataset, len(base), len(queries))
+    if args.eval_queries:
+        queries, gt_d = queries[: args.eval_queries], gt_d[: args.eval_queries]
+    log.info("%s: %d base, %d queries measured", args.dataset, len(base), len(queries))
 
     # -- training -------------------------------------------------------------------------
     enc_path = out_dir / f"{args.dataset}-encoder.sim"
@@ -110,27 +119,17 @@ def main() -> None:
         log.info("embedded %d strings in %.1f s", len(base), t_enc)
 
         # -- recall against T (exact top-T in embedding space, then exact re-rank) --------
-        flat = FlatIndex(xb.shape[1], "l2")
-        flat.add(xb)
-        cand = flat.search(xq, max(TS)).ids
-        res["recall_cnned"] = recall_curves(queries, base, cand, gt_d)
-        log.info("CNN-ED recall: %s", res["recall_cnned"])
-        cgk = CGKEncoder(max_len=cfg["embed_max_len"]).fit(base + queries)
-        t = time.perf_counter()
-        cb, cq = cgk.encode(base), cgk.encode(queries)
-        res["cgk_embed_strings_per_s"] = (len(base) + len(queries)) / (time.perf_counter() - t)
-        cand_cgk, _ = hamming_search(cq, cb, max(TS))
-        res["recall_cgk"] = recall_curves(queries, base, cand_cgk, gt_d)
-        log.info("CGK recall: %s", res["recall_cgk"])
+        if not args.e2e_only:
+            recall_vs_t(res, enc, cfg, ds, base, queries, xb, xq, gt_d)
 
-        # -- end to end: StringIndex (HNSW) against brute-force rapidfuzz ------------------
+        # -- end to end: StringIndex against brute-force rapidfuzz -------------------------
         e2e = []
         for kind, params in (("hnsw", dict(M=16, ef_construction=200)), ("flat", {})):
             idx = StringIndex(enc, kind, **params)
             t = time.perf_counter()
             idx.add(base, embeddings=xb)  # embedding time is reported above
             res[f"index_build_seconds_{kind}"] = time.perf_counter() - t
-            for T in (10, 20, 50, 100, 200, 500, 1024, 2048, 4096):
+            for T in (int(t) for t in args.e2e_ts.split(",")):
                 t = time.perf_counter()
                 r = idx.search(queries, 10, n_candidates=T)
                 dt = time.perf_counter() - t
@@ -139,7 +138,7 @@ def main() -> None:
                 log.info("StringIndex %s T=%d: recall@10 %.3f, %.1f q/s", kind, T, rec,
                          len(queries) / dt)
         res["string_index"] = e2e
-        nb = cfg["brute_queries"]
+        nb = args.brute_queries or cfg["brute_queries"]
         t = time.perf_counter()
         edit_distance_matrix(queries[:nb], base, workers=1)
         res["brute_force_qps"] = nb / (time.perf_counter() - t)
@@ -150,6 +149,22 @@ def main() -> None:
     plot(res, ROOT / "docs" / "img" / f"strings-{args.dataset}.png")
 
 
+def recall_vs_t(res, enc, cfg, ds, base, queries, xb, xq, gt_d) -> None:
+    """Exact top-T by L2 (CNN-ED) and by Hamming distance (CGK), each re-ranked exactly."""
+    flat = FlatIndex(xb.shape[1], "l2")
+    flat.add(xb)
+    cand = flat.search(xq, max(TS)).ids
+    res["recall_cnned"] = recall_curves(queries, base, cand, gt_d)
+    log.info("CNN-ED recall: %s", res["recall_cnned"])
+    cgk = CGKEncoder(max_len=cfg["embed_max_len"]).fit(base + ds.queries)
+    t = time.perf_counter()
+    cb, cq = cgk.encode(base), cgk.encode(queries)
+    res["cgk_embed_strings_per_s"] = (len(base) + len(queries)) / (time.perf_counter() - t)
+    cand_cgk, _ = hamming_search(cq, cb, max(TS))
+    res["recall_cgk"] = recall_curves(queries, base, cand_cgk, gt_d)
+    log.info("CGK recall: %s", res["recall_cgk"])
+
+
 def markdown(res: dict) -> str:
     lines = [f"### {res['dataset']}", ""]
     tr = res["training"]
@@ -157,12 +172,13 @@ def markdown(res: dict) -> str:
         lines.append(f"training: {tr['seconds']:.0f} s ({tr['epochs']} epochs, neighbour lists "
                      f"{tr['neighbour_seconds']:.0f} s, 1 thread); embedding: "
                      f"{res['embedding']['strings_per_s']:.0f} strings/s (1 thread); CGK: "
-                     f"{res['cgk_embed_strings_per_s']:.0f} strings/s")
-    lines += ["", "| T | " + " | ".join(f"CNN-ED @{k} | CGK @{k}" for k in KS) + " |",
-              "|---:|" + "---:|" * (2 * len(KS))]
-    for T in TS:
-        a, b = res["recall_cnned"][T], res["recall_cgk"][T]
-        lines.append(f"| {T} | " + " | ".join(f"{a[k]:.3f} | {b[k]:.3f}" for k in KS) + " |")
+                     f"{res.get('cgk_embed_strings_per_s', 0):.0f} strings/s")
+    if "recall_cnned" in res:
+        lines += ["", "| T | " + " | ".join(f"CNN-ED @{k} | CGK @{k}" for k in KS) + " |",
+                  "|---:|" + "---:|" * (2 * len(KS))]
+        for T in TS:
+            a, b = res["recall_cnned"][T], res["recall_cgk"][T]
+            lines.append(f"| {T} | " + " | ".join(f"{a[k]:.3f} | {b[k]:.3f}" for k in KS) + " |")
     bf = res["brute_force_qps"]
     lines += ["", f"brute force (rapidfuzz, 1 thread): {bf:.2f} q/s", "",
               "| index | T | recall@10 | q/s | × brute force |", "|---|---:|---:|---:|---:|"]
@@ -180,7 +196,7 @@ def plot(res: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for k, style in zip(KS, ("-", "--", ":"), strict=True):
-        for name, color in (("cnned", "C0"), ("cgk", "C3")):
+        for name, color in (("cnned", "C0"), ("cgk", "C3")) if "recall_cgk" in res else ():
             ys = [res[f"recall_{name}"][T][k] for T in TS]
             axes[0].plot(TS, ys, style, color=color, label=f"{name.upper()} top-{k}")
     axes[0].set(xscale="log", xlabel="T (candidates re-ranked)", ylabel="recall",
