@@ -64,6 +64,8 @@ def main() -> None:
     ap.add_argument("--n-queries", type=int, default=1000)
     ap.add_argument("--encoder", help="load this saved encoder instead of training")
     ap.add_argument("--epochs", type=int, default=None, help="override the default epochs")
+    ap.add_argument("--global-channels", type=int, default=None,
+                    help="whole-string bigram features (default: the encoder's)")
     ap.add_argument("--n-train", type=int, default=None, help="override the training sample")
     ap.add_argument("--channels", type=int, default=None, help="convolution channels")
     ap.add_argument("--eval-queries", type=int, default=None,
@@ -96,7 +98,8 @@ def main() -> None:
         enc = CNNEDEncoder.load(args.encoder)
         res["training"] = {"loaded": args.encoder}
     else:
-        enc = CNNEDEncoder(max_len=cfg["embed_max_len"], channels=args.channels)
+        enc = CNNEDEncoder(max_len=cfg["embed_max_len"], channels=args.channels,
+                           global_channels=args.global_channels)
         fit_kw = {k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train))
                   if v is not None}
         t = time.perf_counter()
