@@ -76,6 +76,12 @@ def plot(tags: list[str], title: str, path: Path, k: int = 20, drop=()) -> None:
         ax.set_title(f"{title}, {b} bits")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
@@ -105,10 +111,7 @@ def plot_ivf(tags: list[str], path: Path) -> None:
         ax.set_title(f"{doc['n']:,} x {doc['dim']}, {a['codebooks']} B/item, {a['n_lists']} lists")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def main(argv=None):
