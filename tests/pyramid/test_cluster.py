@@ -147,3 +147,29 @@ def test_shard_that_lost_its_directory_is_rebuilt_from_a_replica(cluster_factory
     cl.signal_shard(1, signal.SIGKILL)  # part 0 now has only shard 0's rebuilt copy
     for _ in range(3):
         np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
+
+
+def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95(tmp_path):
+    """A missed health probe must not fail reads when no replica looks up (a dead one fails
+    fast); out-of-sync replicas are never read; the hedge delay is the recent p95."""
+    from types import SimpleNamespace
+
+    from simsearch.pyramid.cluster import ShardPool
+
+    shards = [{"id": i, "address": f"127.0.0.1:{1 + i}"} for i in range(3)]  # nothing listens
+    (tmp_path / "cluster.json").write_text(json.dumps(
+        {"shards": shards, "replicas": 2, "epoch": 0, "out_of_sync": {"c.p0": [1]}}))
+    pool = ShardPool(tmp_path, timeout=1.0, health_interval=60)
+    try:
+        assert not any(pool.up.values())
+        assert pool.serving(SimpleNamespace(name="c.p0", shards=[0, 1])) == [0]
+        assert pool.serving(SimpleNamespace(name="c.p1", shards=[1, 2])) == [1, 2]
+        pool.up[2] = True
+        assert pool.serving(SimpleNamespace(name="c.p1", shards=[1, 2])) == [2]
+        assert pool.hedge_delay("c.p0") == 0.05  # until enough calls were timed
+        for ms in range(1, 97):  # recomputed every 16 calls
+            pool.record("c.p0", ms / 1000)
+        assert pool.hedge_delay("c.p0") == pytest.approx(np.percentile(np.arange(1, 97), 95)
+                                                         / 1000)
+    finally:
+        pool.close()

@@ -95,6 +95,8 @@ class ShardPool:
         self._lock = threading.RLock()
         self._lat: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=256))
+        self._n_rec: collections.Counter = collections.Counter()
+        self._p95: dict[str, float] = {}
         self._hedge_tokens = 10.0
         self.hedge_fraction = hedge_fraction
         self.hedges = 0
@@ -171,20 +173,26 @@ class ShardPool:
             self._recovering.discard(sid)
 
     def serving(self, part: RemotePart) -> list[int]:
-        return [s for s in part.shards if self.up.get(s) and self.in_sync(part.name, s)]
+        """In-sync replicas of ``part`` to read from: those up, or when none is up, all in-sync
+        ones (a missed health probe under load is a hint, not proof; a dead one fails fast)."""
+        synced = [s for s in part.shards if self.in_sync(part.name, s)]
+        return [s for s in synced if self.up.get(s)] or synced
 
     # -- latency and hedging ----------------------------------------------------------------
 
     def record(self, name: str, seconds: float) -> None:
-        self._lat[name].append(seconds)
+        lat = self._lat[name]
+        lat.append(seconds)
         with self._lock:  # every primary call earns a fraction of a hedge
             self._hedge_tokens = min(20.0, self._hedge_tokens + self.hedge_fraction)
+            self._n_rec[name] += 1
+            due = self._n_rec[name] % 16 == 0 and len(lat) >= 20
+        if due:  # a percentile per call cost 15 % of a coordinator's CPU
+            self._p95[name] = max(0.002, float(np.percentile(np.fromiter(lat, float), 95)))
 
     def hedge_delay(self, name: str) -> float:
-        lat = self._lat[name]
-        if len(lat) < 20:
-            return 0.05
-        return max(0.002, float(np.percentile(np.fromiter(lat, float), 95)))
+        """When to hedge a call to part ``name``: its recent p95 latency (50 ms until known)."""
+        return self._p95.get(name, 0.05)
 
     def take_hedge(self) -> bool:
         with self._lock:
@@ -216,10 +224,6 @@ class ShardPool:
         for part in out:
             part.ensure()
         return out
-
-
-def _code(err) -> str:
-    return err.code().name if err.code() is not None else "UNKNOWN"
 
 
 class RemotePart:
@@ -368,12 +372,15 @@ class _PartCall:
 
     def _call(self, sid: int, hedge: bool) -> None:
         from ..service import convert
+        from ..service.client import error_from
 
         pool, (q, k, pj) = self.pool, self.request
         cli = pool.clients[sid]
         timeout = cli.timeout if self.deadline is None else max(
             0.001, self.deadline - time.monotonic())
         t0 = time.monotonic()
+        # a blocking call on a pooled thread: grpc's future API starts a thread per call on an
+        # idle channel, which cost more than the pool's hand-off
         try:
             resp = cli._stub.Search(cli._pb.SearchRequest(
                 collection=self.part.name, queries=convert.to_matrix(q), k=k, params_json=pj),
@@ -381,7 +388,9 @@ class _PartCall:
             if not hedge:
                 pool.record(self.part.name, time.monotonic() - t0)
             out = convert.from_search_response(resp)
-        except Exception as exc:  # grpc.RpcError
+        except cli._grpc.RpcError as err:
+            out = error_from(err)
+        except Exception as exc:
             out = exc
         with self.lock:
             self.box.append((sid, out))
@@ -412,11 +421,13 @@ class _PartCall:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise PartUnavailableError(f"{self.part.name}: the deadline passed")
         for sid, out in results:
-            code = _code(out) if hasattr(out, "code") else "UNKNOWN"
-            if code not in _TRANSIENT:
-                from ..service.client import _raise_from
-
-                _raise_from(out)
+            code = getattr(out, "code", None)
+            if not isinstance(code, str):  # not a service fault: a grpc error the client could
+                code = "UNKNOWN"  # not map, or a local one (the call never left)
+                if isinstance(out, SimsearchError):
+                    raise out
+            if code not in _TRANSIENT and code != "NOT_FOUND":  # NOT_FOUND: a replica that
+                raise out  # restarted empty and has not caught up yet; try another
             if code == "UNAVAILABLE":
                 pool.mark_down(sid)
         failed = {sid for sid, _ in results}

@@ -56,7 +56,9 @@ def connect(
     )
 
 
-def _raise_from(err) -> None:
+def error_from(err) -> Exception:
+    """The typed simsearch error for a failed gRPC call (``ServiceError`` types carry ``.code``,
+    the gRPC status name)."""
     code = err.code().name if err.code() is not None else "UNKNOWN"
     type_name = None
     for key, value in err.trailing_metadata() or ():
@@ -64,8 +66,11 @@ def _raise_from(err) -> None:
             type_name = value
     cls = error_class(type_name, code)
     message = err.details() or code
-    exc = cls(message, code) if issubclass(cls, ServiceError) else cls(message)
-    raise exc from None
+    return cls(message, code) if issubclass(cls, ServiceError) else cls(message)
+
+
+def _raise_from(err) -> None:
+    raise error_from(err) from None
 
 
 class Client:
