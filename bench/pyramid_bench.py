@@ -33,38 +33,14 @@ import numpy as np
 import simsearch as ss
 from simsearch.datasets import load
 from simsearch.eval import recall_at_k
+from simsearch.pyramid.cluster import LocalCluster
 
 RESULTS = Path("bench/results")
 K = 10
 
 
-class Cluster:
-    def __init__(self, d: Path, shards: int, replicas: int, *extra: str):
-        self.dir = d
-        d.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "simsearch.pyramid.cluster", "up", "--shards", str(shards),
-             "--replicas", str(replicas), "--data-dir", str(d), *extra],
-            stdout=open(d / "supervisor.log", "ab"), stderr=subprocess.STDOUT)
-        while not (d / "processes.json").exists():
-            if self.proc.poll() is not None:
-                raise RuntimeError((d / "supervisor.log").read_text())
-            time.sleep(0.1)
-
-    @property
-    def procs(self) -> dict:
-        return json.loads((self.dir / "processes.json").read_text())
-
-    @property
-    def coordinator(self) -> str:
-        return self.procs["coordinators"][0]["address"]
-
-    @property
-    def shard_addresses(self) -> list[str]:
-        return [s["address"] for s in json.loads((self.dir / "cluster.json").read_text())["shards"]]
-
-    def pid(self, name: str) -> int:
-        return self.procs["pids"][name]
+class Cluster(LocalCluster):
+    """A local cluster with the CPU time of its processes by role."""
 
     def cpu_seconds(self) -> float:
         return sum(self.cpu_by_role().values())
@@ -73,7 +49,7 @@ class Cluster:
         """CPU seconds so far of the shard servers and of the coordinator(s)."""
         tick = os.sysconf("SC_CLK_TCK")
         out = {"shards": 0.0, "coord": 0.0}
-        for name, pid in self.procs["pids"].items():
+        for name, pid in self.processes["pids"].items():
             try:
                 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
                 out["shards" if name.startswith("shard") else "coord"] += (
@@ -81,10 +57,6 @@ class Cluster:
             except OSError:
                 pass
         return out
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
 
 
 def data(metric: str, n_base: int, n_queries: int):

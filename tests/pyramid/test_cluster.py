@@ -77,8 +77,8 @@ def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, da
     # writes while it is down reach the other replica; it catches up when restarted
     col.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
     ref.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
-    old = cl.shard_pid(0)
-    wait_until(lambda: cl.shard_pid(0) != old)  # the supervisor restarts it
+    old = cl.pid("shard-0")
+    wait_until(lambda: cl.pid("shard-0") != old)  # the supervisor restarts it
     wait_until(lambda: not json.loads((cl.dir / "cluster.json").read_text())["out_of_sync"])
     cl.signal_shard(1, signal.SIGKILL)  # now only the recovered copies can answer for some parts
     for _ in range(3):
@@ -137,10 +137,10 @@ def test_shard_that_lost_its_directory_is_rebuilt_from_a_replica(cluster_factory
     col.train(base)
     col.add(base)
     want = col.search(queries, K, branching=24).ids
-    old = cl.shard_pid(0)
+    old = cl.pid("shard-0")
     cl.signal_shard(0, signal.SIGKILL)
     shutil.rmtree(cl.dir / "shard-0")  # before the supervisor restarts it (3 s)
-    wait_until(lambda: cl.shard_pid(0) != old)
+    wait_until(lambda: cl.pid("shard-0") != old)
     shard0 = ss.connect(json.loads((cl.dir / "cluster.json").read_text())["shards"][0]["address"])
     wait_until(lambda: sorted(shard0.list_collections()) == ["docs.p0", "docs.p2"])
     wait_until(lambda: len(shard0.collection("docs.p0")) > 0)

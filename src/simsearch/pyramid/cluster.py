@@ -701,6 +701,68 @@ def run_status(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+class LocalCluster:
+    """``simsearch cluster up`` in a child process, for tests, benchmarks and notebooks: waits
+    until every process is serving, then exposes the addresses and pids it wrote.
+
+        with LocalCluster(tmp_dir, shards=3, replicas=2) as cl:
+            client = simsearch.connect(cl.coordinator)
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, shards: int = 3, replicas: int = 2,
+                 *extra: str, timeout: float = 120.0):
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "processes.json").unlink(missing_ok=True)  # written afresh once all serve
+        self._log = open(self.dir / "supervisor.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "simsearch.pyramid.cluster", "up", "--shards", str(shards),
+             "--replicas", str(replicas), "--data-dir", str(self.dir), *extra],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        while not (self.dir / "processes.json").exists():
+            if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
+                self.stop()
+                raise SimsearchError("the local cluster did not start:\n"
+                                     + (self.dir / "supervisor.log").read_text()[-4000:])
+            time.sleep(0.1)
+
+    @property
+    def processes(self) -> dict:
+        """The supervisor's ``processes.json``: coordinators and the pid of every process."""
+        return json.loads((self.dir / "processes.json").read_text())
+
+    @property
+    def coordinator(self) -> str:
+        return self.processes["coordinators"][0]["address"]
+
+    @property
+    def shard_addresses(self) -> list[str]:
+        return [s["address"] for s in json.loads((self.dir / "cluster.json").read_text())["shards"]]
+
+    def pid(self, name: str) -> int:
+        """Pid of ``shard-<i>`` or ``coord-<i>`` (a restarted shard gets a new one)."""
+        return self.processes["pids"][name]
+
+    def signal_shard(self, i: int, sig: int) -> None:
+        os.kill(self.pid(f"shard-{i}"), sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``cluster up | status | coordinator`` on a CLI's subparsers."""
     p = subparsers.add_parser("cluster", help="a local Pyramid cluster (shards + coordinators)")
