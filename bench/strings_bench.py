@@ -68,6 +68,12 @@ def main() -> None:
                     help="whole-string bigram features (default: the encoder's)")
     ap.add_argument("--n-train", type=int, default=None, help="override the training sample")
     ap.add_argument("--channels", type=int, default=None, help="convolution channels")
+    ap.add_argument("--profile", type=int, choices=(0, 1), default=None,
+                    help="letter/letter-pair count path (default: the encoder's, on for deep)")
+    ap.add_argument("--approx-form", default=None, choices=("paper", "relative", "log"),
+                    help="approximation term (default: the encoder's)")
+    ap.add_argument("--learning-rate", type=float, default=None, help="override Adam's rate")
+    ap.add_argument("--embed-dim", type=int, default=128, help="embedding dimension")
     ap.add_argument("--eval-queries", type=int, default=None,
                     help="measure on the first N queries only (a loaded machine)")
     ap.add_argument("--e2e-ts", default="10,20,50,100,200,500,1024,2048,4096",
@@ -99,9 +105,11 @@ def main() -> None:
         res["training"] = {"loaded": args.encoder}
     else:
         enc = CNNEDEncoder(max_len=cfg["embed_max_len"], channels=args.channels,
-                           global_channels=args.global_channels)
-        fit_kw = {k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train))
-                  if v is not None}
+                           global_channels=args.global_channels, embed_dim=args.embed_dim,
+                           profile=None if args.profile is None else bool(args.profile))
+        fit_kw = {k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train),
+                                    ("approx_form", args.approx_form),
+                                    ("learning_rate", args.learning_rate)) if v is not None}
         t = time.perf_counter()
         enc.fit(base, **fit_kw)
         res["training"] = {

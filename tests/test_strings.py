@@ -159,6 +159,23 @@ def test_loss_matches_hand_computed_example():
     assert schedule_weights(0, 10) == (1.0, 10.0)
     assert schedule_weights(9, 10) == (1.0, 0.01)
 
+    # relative: |e - d| / d over the three pairs of both triplets
+    e = np.array([[5, 6, np.sqrt(13)], [1, 3, 2]])
+    d = np.array([[1, 3, 2], [0.5, 1, 1]])
+    _, tri, rel = cnned_loss(ea, ep, en, d_ap, d_an, d_pn, 1.0, 1.0, "relative")
+    assert tri.item() == pytest.approx(0.5, abs=1e-6)
+    # (4 + 1 + 0.8028) / 3 and (1 + 2 + 1) / 3
+    assert rel.item() == pytest.approx((np.abs(e - d) / d).mean(), abs=1e-5)
+    assert rel.item() == pytest.approx(((4 + 1 + (np.sqrt(13) - 2) / 2) + 4) / 6, abs=1e-5)
+    # log: |log(e + 0.05) - log(d + 0.05)|
+    _, _, lg = cnned_loss(ea, ep, en, d_ap, d_an, d_pn, 1.0, 1.0, "log")
+    assert lg.item() == pytest.approx(np.abs(np.log((e + 0.05) / (d + 0.05))).mean(), abs=1e-5)
+    # log(5.05/1.05) + log(6.05/3.05) + log(3.6556/2.05) + log(1.05/.55) + log(3.05/1.05)
+    # + log(2.05/1.05) = 1.5707 + 0.6849 + 0.5784 + 0.6466 + 1.0664 + 0.6690, / 6
+    assert lg.item() == pytest.approx(0.8693, abs=1e-4)
+    with pytest.raises(ValueError, match="approx_form"):
+        cnned_loss(ea, ep, en, d_ap, d_an, d_pn, 1.0, 1.0, "l1")
+
 
 def test_triplets_come_from_the_nearest_2k(clustered):
     from simsearch.strings.training import nearest_neighbours, sample_triplets
@@ -174,6 +191,13 @@ def test_triplets_come_from_the_nearest_2k(clustered):
     assert (p != n).all() and (dap <= dan).all() and (a != p).all()
     np.testing.assert_array_equal(dap, ed[a, p])
     assert (ed[a, n] <= kth).all()
+    # far negatives: a random string of the pool (distance left to the caller, -1)
+    a, p, n, dap, dan = sample_triplets(nb, np.arange(200), np.random.default_rng(0), 0.5, 200)
+    far = dan < 0
+    assert 70 <= far.sum() <= 130 and (n != a).all() and (a != p).all()
+    np.testing.assert_array_equal(dap, ed[a, p])
+    np.testing.assert_array_equal(dan[~far], ed[a, n][~far])
+    assert (ed[a, p] <= kth).all() and (ed[a[far], n[far]] > kth[far]).mean() > 0.8
 
 
 def ref_bigram_profile(codes, lengths, stride, n_buckets):
@@ -192,6 +216,37 @@ def test_bigram_kernel_matches_reference():
         out = np.zeros((50, n_buckets), np.float32)
         K.bigram_profile(codes, lengths, 5, n_buckets, out)
         np.testing.assert_array_equal(out, ref_bigram_profile(codes, lengths, 5, n_buckets))
+
+
+def test_profile_features_match_counts():
+    """sqrt of letter and letter-pair counts of the (truncated) strings; the pad code's
+    entries stay 0; and the initial profile projection puts random pairs at mean distance 1."""
+    import torch
+
+    from simsearch.strings.model import CNNEDNet
+
+    strings = ["acca", "g", "", "ttttttttttttt", "acgtacgt"]
+    codes, _ = Alphabet(ACGT).encode(strings, 8)
+    net = CNNEDNet(4, 8, 6, 3, 4, 0, profile=True)
+    f = net.profile_features(codes).numpy()
+    ref = np.zeros((5, 5 + 25))
+    for r, s in enumerate(strings):
+        c = [ACGT.index(ch) + 1 for ch in s[:8]]
+        for a in c:
+            ref[r, a] += 1
+        for a, b in zip(c[:-1], c[1:], strict=True):
+            ref[r, 5 + a * 5 + b] += 1
+    np.testing.assert_allclose(f, np.sqrt(ref), atol=1e-6)
+    assert ref[3, 4] == 8 and ref[3, 5 + 4 * 5 + 4] == 7  # truncated to 8
+    feats = torch.from_numpy(np.sqrt(ref).astype(np.float32))
+    net.init_profile(feats, 0)
+    x = net(*net.inputs(codes)).detach().numpy()
+    np.testing.assert_allclose(x, np.sqrt(ref) @ net.prof.weight.detach().numpy().T, atol=1e-5)
+    g = torch.Generator().manual_seed(0)
+    torch.randn(net.prof.weight.shape, generator=g)  # the projection drawn first
+    perm = torch.randperm(5, generator=g).numpy()
+    dist = np.linalg.norm(x - x[perm], axis=1)[perm != np.arange(5)]
+    assert dist.mean() == pytest.approx(1.0, abs=1e-5)
 
 
 def test_pool_neighbours_match_exact_lists(clustered):
@@ -356,5 +411,8 @@ def test_deep_layout_for_long_strings(clustered, tmp_path):
     assert not enc._net.per_char
     x = enc.encode(long)
     assert x.shape == (200, 16) and np.isfinite(x).all()
+    assert enc.profile and enc._net.prof is not None  # deep stacks: the profile path by default
     enc.save(tmp_path / "deep")
     np.testing.assert_array_equal(CNNEDEncoder.load(tmp_path / "deep").encode(long), x)
+    with pytest.raises(errors.InvalidParameterError, match="approx_form"):
+        enc.fit(long, approx_form="l1")

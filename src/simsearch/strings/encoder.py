@@ -35,6 +35,8 @@ class CNNEDEncoder:
         8 channels would have to describe all characters at once.
     global_channels : whole-string bigram features (kernel-2 convolution, ReLU, mean over
         positions) added before the linear layer; None: 128 for deep stacks, 0 for shallow.
+    profile : add the letter / letter-pair count path (see ``CNNEDNet``; not in the paper);
+        None: on for deep stacks (long strings), off for shallow ones (words).
     seed : seeds the weights, the triplet sampling and the validation split.
 
     Training and encoding are deterministic on the CPU for a given seed and thread count; they
@@ -44,7 +46,8 @@ class CNNEDEncoder:
 
     def __init__(self, alphabet: str | None = None, max_len: int = 32, embed_dim: int = 128,
                  n_layers: int | None = None, channels: int | None = None,
-                 global_channels: int | None = None, seed: int = 0):
+                 global_channels: int | None = None, profile: bool | None = None,
+                 seed: int = 0):
         self.max_len = check_int("max_len", max_len, 1, 1 << 16)
         self.embed_dim = check_int("embed_dim", embed_dim, 1, 1 << 14)
         self.seed = check_int("seed", seed, 0)
@@ -59,6 +62,11 @@ class CNNEDEncoder:
         if global_channels is None:  # whole-string features for long strings (see CNNEDNet)
             global_channels = 0 if self.n_layers <= 2 else 128
         self.global_channels = check_int("global_channels", global_channels, 0, 4096)
+        if profile is None:
+            profile = self.n_layers > 2
+        if not isinstance(profile, (bool, np.bool_)):
+            raise InvalidParameterError(f"profile must be a bool or None; got {profile!r}")
+        self.profile = bool(profile)
         self.alphabet = Alphabet(alphabet) if alphabet is not None else None
         self.mean_distance: float | None = None  # the training set's mean edit distance
         self.report = None  # TrainReport of the last fit()
@@ -66,7 +74,9 @@ class CNNEDEncoder:
 
     def __repr__(self) -> str:
         return (f"CNNEDEncoder(max_len={self.max_len}, embed_dim={self.embed_dim}, "
-                f"n_layers={self.n_layers}, channels={self.channels}, seed={self.seed}, "
+                f"n_layers={self.n_layers}, channels={self.channels}, "
+                f"global_channels={self.global_channels}, profile={self.profile}, "
+                f"seed={self.seed}, "
                 f"alphabet={len(self.alphabet) if self.alphabet else None} chars, "
                 f"trained={self.is_trained})")
 
@@ -82,14 +92,16 @@ class CNNEDEncoder:
         from .model import CNNEDNet
 
         self._net = CNNEDNet(len(self.alphabet), self.max_len, self.embed_dim, self.n_layers,
-                             self.channels, self.global_channels)
+                             self.channels, self.global_channels, self.profile)
         return self._net
 
     def fit(self, strings: list[str], epochs: int = 10, batch_size: int = 64,
             n_train: int = 3000, n_neighbors: int = 100, neighbours: str = "pool",
             n_candidates: int = 500, n_pool: int | None = None, learning_rate: float = 1e-3,
             early_stopping: int | None = None, validation_fraction: float = 0.1,
-            n_threads: int = 1, progress: bool = True) -> CNNEDEncoder:
+            approx_form: str | None = None, far_fraction: float | None = None,
+            n_threads: int = 1,
+            progress: bool = True) -> CNNEDEncoder:
         """Train on ``strings``.
 
         epochs : passes over the training anchors (each draws fresh triplets).
@@ -103,6 +115,11 @@ class CNNEDEncoder:
         n_candidates : candidates per anchor for "pool"; ignored (exact against the whole
             pool) when the strings' mean length is at most 64, where that is cheaper.
         early_stopping : patience in epochs on held-out anchors' triplet loss (None: off).
+        approx_form : the approximation term (``training.cnned_loss``): "paper" (squared error),
+            "relative" or "log"; None: "paper" for shallow stacks (words), "log" for deep.
+        far_fraction : share of triplets whose negative is a random string of the whole pool
+            rather than one of the 2K nearest (``training.sample_triplets``); None: 0 (the
+            paper's sampling) for shallow stacks, 0.5 for deep.
         n_threads : torch and rapidfuzz threads.
         """
         from . import model as M
@@ -131,6 +148,15 @@ class CNNEDEncoder:
             raise InvalidParameterError(
                 f"neighbours must be 'pool' or 'sample'; got {neighbours!r}")
         n_candidates = check_int("n_candidates", n_candidates, 1)
+        if approx_form is None:
+            approx_form = "paper" if self.n_layers <= 2 else "log"
+        if far_fraction is None:
+            far_fraction = 0.0 if self.n_layers <= 2 else 0.5
+        if not 0.0 <= far_fraction <= 1.0:
+            raise InvalidParameterError(f"far_fraction must be in [0, 1]; got {far_fraction}")
+        if approx_form not in T.APPROX_FORMS:
+            raise InvalidParameterError(
+                f"approx_form must be one of {T.APPROX_FORMS}; got {approx_form!r}")
         rng = np.random.default_rng(self.seed)
         t0 = time.perf_counter()
         if neighbours == "sample":
@@ -160,6 +186,7 @@ class CNNEDEncoder:
                              batch_size=batch_size, learning_rate=learning_rate,
                              early_stopping=early_stopping,
                              validation_fraction=validation_fraction, seed=self.seed,
+                             approx_form=approx_form, far_fraction=far_fraction,
                              progress=progress)
         report.neighbour_seconds = t_nb
         self.report = report
@@ -181,8 +208,8 @@ class CNNEDEncoder:
 
         with M.torch_session(n_threads), torch.inference_mode():
             for s in range(0, len(strings), batch_size):
-                x = self._net.one_hot(codes[s : s + batch_size])
-                out[s : s + batch_size] = self._net(x).numpy()
+                x = self._net.inputs(codes[s : s + batch_size])
+                out[s : s + batch_size] = self._net(*x).numpy()
         return out
 
     # -- persistence --------------------------------------------------------------------------
@@ -197,7 +224,7 @@ class CNNEDEncoder:
             "params": {"alphabet": self.alphabet.chars, "max_len": self.max_len,
                        "embed_dim": self.embed_dim, "n_layers": self.n_layers,
                        "channels": self.channels, "global_channels": self.global_channels,
-                       "seed": self.seed},
+                       "profile": self.profile, "seed": self.seed},
             "meta": {"mean_distance": self.mean_distance},
         }
         return header, state_to_numpy(self._net)
@@ -209,7 +236,8 @@ class CNNEDEncoder:
         try:
             if header.get("class") != FILE_CLASS:
                 raise ValueError(f"holds a {header.get('class')!r}, not a {FILE_CLASS!r}")
-            enc = cls(**{"global_channels": 0, **header["params"]})  # files before the branch
+            # files written before the global branch and the profile path
+            enc = cls(**{"global_channels": 0, "profile": False, **header["params"]})
             enc._build()
             state_from_numpy(enc._net, arrays)
             enc._net.eval()

@@ -30,10 +30,18 @@ class CNNEDNet(nn.Module):
     17 ms per string of length 512 here, too slow to embed 50,000 proteins. With
     ``global_channels`` > 0, a kernel-2 convolution on the one-hot input, ReLU and a mean over
     all positions add that many whole-string features before the linear layer.
+
+    With ``profile`` (a deviation from the paper, for long strings), the square roots of the
+    string's letter and letter-pair counts (``C + 1 + (C + 1)^2`` features) pass through a second
+    linear map that is added to the embedding. :meth:`init_profile` starts it as a scaled random
+    projection with the convolutional path's output at zero, so training starts from the
+    profile's ranking (measured on proteins: recall@10 0.66 at T = 1,000 after a 128-d random
+    projection, against 0.48 for CGK) and refines it; the map is learned, so it can weigh letter
+    pairs as edit distance does.
     """
 
     def __init__(self, n_chars: int, max_len: int, embed_dim: int, n_layers: int, channels: int,
-                 global_channels: int = 0):
+                 global_channels: int = 0, profile: bool = False):
         super().__init__()
         self.n_chars, self.n_layers = n_chars, n_layers
         step = 1 << n_layers
@@ -55,6 +63,43 @@ class CNNEDNet(nn.Module):
         self.glob = (nn.Conv1d(n_chars, global_channels, 2, bias=False)
                      if global_channels else None)
         self.fc = nn.Linear(self.flat_size + global_channels, embed_dim)
+        self.stride = n_chars + 1  # code 0 pads
+        self.prof = (nn.Linear(self.stride + self.stride**2, embed_dim, bias=False)
+                     if profile else None)
+
+    def inputs(self, codes: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The network's inputs from uint8 codes (N, M): the one-hot and, with ``profile``,
+        the profile features."""
+        return self.one_hot(codes), (self.profile_features(codes) if self.prof is not None
+                                     else None)
+
+    def profile_features(self, codes: np.ndarray) -> torch.Tensor:
+        """sqrt of the letter counts and letter-pair counts float32 (N, stride + stride^2);
+        the pad code's entries stay 0. (sqrt: measured recall@10 0.74 at T = 1,000 on proteins
+        by L2, against 0.73 with plain counts.)"""
+        c = torch.from_numpy(codes.astype(np.int64))
+        n = c.shape[0]
+        uni = torch.zeros(n, self.stride).scatter_add_(1, c, torch.ones(c.shape))
+        uni[:, 0] = 0.0
+        pair = c[:, :-1] * self.stride + c[:, 1:]
+        real = (c[:, 1:] > 0).float()  # padding only follows the string
+        bi = torch.zeros(n, self.stride**2).scatter_add_(1, pair, real)
+        return torch.cat([uni, bi], 1).sqrt_()
+
+    @torch.no_grad()
+    def init_profile(self, features: torch.Tensor, seed: int) -> None:
+        """Random Gaussian projection scaled so that random pairs of ``features`` rows lie at
+        mean distance 1 (the training scale: edit distance / its mean), and the convolutional
+        path's output set to zero, so that at first the embedding is the projected profile."""
+        g = torch.Generator().manual_seed(seed)
+        w = torch.randn(self.prof.weight.shape, generator=g)
+        n = features.shape[0]
+        i = torch.randperm(n, generator=g)
+        diff = (features - features[i]) @ w.T
+        dist = diff.norm(dim=1)[i != torch.arange(n)].mean().clamp_min(1e-6)
+        self.prof.weight.copy_(w / dist)
+        self.fc.weight.zero_()
+        self.fc.bias.zero_()
 
     def one_hot(self, codes: np.ndarray) -> torch.Tensor:
         """uint8 codes (N, M), 0 = padding -> float32 one-hot (N, C, padded_len)."""
@@ -64,12 +109,13 @@ class CNNEDNet(nn.Module):
         x[rows, codes[rows, cols].astype(np.int64) - 1, cols] = 1.0  # numpy: 5x F.one_hot here
         return torch.from_numpy(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, profile: torch.Tensor | None = None) -> torch.Tensor:
         n, c, m = x.shape
         h = self.conv(x.reshape(n * c, 1, m) if self.per_char else x).reshape(n, self.flat_size)
         if self.glob is not None:
             h = torch.cat([h, torch.relu(self.glob(x)).mean(2)], 1)
-        return self.fc(h)
+        out = self.fc(h)
+        return out if self.prof is None else out + self.prof(profile)
 
 
 @contextlib.contextmanager

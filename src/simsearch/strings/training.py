@@ -22,30 +22,46 @@ log = logging.getLogger(__name__)
 SCHEDULE = ((1.0, 10.0), (10.0, 10.0), (10.0, 1.0), (5.0, 0.1), (1.0, 0.01))
 
 
-def schedule_weights(epoch: int, n_epochs: int) -> tuple[float, float]:
+def schedule_weights(epoch: int, n_epochs: int, schedule=SCHEDULE) -> tuple[float, float]:
     """(triplet, approximation) weights of ``epoch`` (0-based) in a run of ``n_epochs``."""
-    phase = min(len(SCHEDULE) - 1, epoch * len(SCHEDULE) // max(n_epochs, 1))
-    return SCHEDULE[phase]
+    phase = min(len(schedule) - 1, epoch * len(schedule) // max(n_epochs, 1))
+    return tuple(schedule[phase])
+
+
+APPROX_FORMS = ("paper", "relative", "log")
+LOG_EPS = 0.05  # in units of the mean distance: below it, log error treats distances alike
 
 
 def cnned_loss(
     ea: torch.Tensor, ep: torch.Tensor, en: torch.Tensor,
     d_ap: torch.Tensor, d_an: torch.Tensor, d_pn: torch.Tensor,
-    w_triplet: float, w_approx: float,
+    w_triplet: float, w_approx: float, approx_form: str = "paper",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Loss of a batch of triplets. ``ea``, ``ep``, ``en`` (B, d) embeddings of anchor, positive,
     negative; ``d_*`` (B,) edit distances already divided by the training set's mean.
 
     triplet  = mean relu(|ea - ep| - |ea - en| + (d_an - d_ap))     margin: the true gap
-    approx   = mean sqrt((|ea-ep| - d_ap)^2 + (|ea-en| - d_an)^2 + (|ep-en| - d_pn)^2)
+    approx ("paper")    = mean sqrt((|ea-ep| - d_ap)^2 + (|ea-en| - d_an)^2 + (|ep-en| - d_pn)^2)
+    approx ("relative") = mean over the three pairs of |e - d| / d
+    approx ("log")      = mean over the three pairs of |log(e + eps) - log(d + eps)|, eps = 0.05
     total    = w_triplet * triplet + w_approx * approx
+    The paper's form weighs an error of x edits alike at every distance, so the close pairs that
+    decide the top 10 of long strings (about 0.4 of the mean distance) are fitted no better
+    than far ones; the relative and log forms weigh errors by the inverse of the distance.
     Returns (total, triplet, approx)."""
     e_ap = _dist(ea, ep)
     e_an = _dist(ea, en)
     e_pn = _dist(ep, en)
     triplet = F.relu(e_ap - e_an + (d_an - d_ap)).mean()
-    sq = (e_ap - d_ap) ** 2 + (e_an - d_an) ** 2 + (e_pn - d_pn) ** 2
-    approx = torch.sqrt(sq + 1e-12).mean()
+    e, d = torch.stack([e_ap, e_an, e_pn]), torch.stack([d_ap, d_an, d_pn])
+    if approx_form == "paper":
+        approx = torch.sqrt(((e - d) ** 2).sum(0) + 1e-12).mean()
+    elif approx_form == "relative":
+        approx = ((e - d).abs() / d.clamp_min(1e-6)).mean()
+    elif approx_form == "log":
+        approx = (torch.log(e + LOG_EPS) - torch.log(d + LOG_EPS)).abs().mean()
+    else:
+        raise ValueError(f"approx_form must be one of {APPROX_FORMS}; got {approx_form!r}")
     return w_triplet * triplet + w_approx * approx, triplet, approx
 
 
@@ -159,17 +175,32 @@ def pool_neighbours(strings: list[str], codes: np.ndarray, lengths: np.ndarray, 
     return Neighbours(ids, dists, max(mean, 1e-6), np.asarray(anchors, np.int64))
 
 
-def sample_triplets(nb: Neighbours, anchors: np.ndarray, rng: np.random.Generator):
+def sample_triplets(nb: Neighbours, anchors: np.ndarray, rng: np.random.Generator,
+                    far_fraction: float = 0.0, n_pool: int | None = None):
     """``anchors``: rows of ``nb``. For each, two distinct random neighbours among its 2K
     nearest; the closer (by edit distance) is the positive. Returns (anchor, positive,
-    negative) ids and d_ap, d_an."""
+    negative) ids and d_ap, d_an.
+
+    With ``far_fraction`` > 0 (not in the paper), that share of the triplets takes its negative
+    uniformly from the whole pool of ``n_pool`` strings instead (its d_an is returned as -1, to
+    be computed by the caller). Neighbour lists alone only constrain the nearest 0.2% of a
+    50,000-string base, while search must also keep the rest of it out of the top T."""
     kk = nb.ids.shape[1]
     i1 = rng.integers(0, kk, anchors.size)
     i2 = rng.integers(0, kk - 1, anchors.size)
     i2 += i2 >= i1
     lo, hi = np.minimum(i1, i2), np.maximum(i1, i2)  # lists are sorted: lower rank is closer
-    return (nb.anchors[anchors], nb.ids[anchors, lo], nb.ids[anchors, hi],
-            nb.dists[anchors, lo], nb.dists[anchors, hi])
+    a = nb.anchors[anchors]
+    p, ng = nb.ids[anchors, lo], nb.ids[anchors, hi]
+    dap, dan = nb.dists[anchors, lo], nb.dists[anchors, hi].copy()
+    if far_fraction > 0:
+        far = rng.random(anchors.size) < far_fraction
+        p = np.where(far, nb.ids[anchors, i1], p)
+        dap = np.where(far, nb.dists[anchors, i1], dap)
+        other = rng.integers(1, n_pool, anchors.size)
+        ng = np.where(far, (a + other) % n_pool, ng)  # never the anchor itself
+        dan[far] = -1
+    return a, p, ng, dap, dan
 
 
 @dataclass
@@ -183,7 +214,8 @@ class TrainReport:
 
 def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs: int,
           batch_size: int, learning_rate: float, early_stopping: int | None,
-          validation_fraction: float, seed: int, progress: bool = True) -> TrainReport:
+          validation_fraction: float, seed: int, approx_form: str = "paper",
+          far_fraction: float = 0.0, schedule=SCHEDULE, progress: bool = True) -> TrainReport:
     """Adam over freshly sampled triplets every epoch. With ``early_stopping`` (patience in
     epochs) a held-out set of anchors is scored after each epoch by its triplet term (weights
     apart) and training stops when it has not improved by 0.5% for that many epochs; the best
@@ -199,16 +231,32 @@ def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs:
     scale = nb.mean_distance
     opt = torch.optim.Adam(net.parameters(), lr=learning_rate)
 
+    if net.prof is not None:  # start from the projected profile (see CNNEDNet)
+        sample = np.sort(rng.choice(codes.shape[0], min(2000, codes.shape[0]), replace=False))
+        net.init_profile(net.profile_features(codes[sample]), seed)
+
+    def ed(xs, ys):
+        pairs = zip(xs.tolist(), ys.tolist(), strict=True)
+        return np.fromiter((Levenshtein.distance(strings[x], strings[y]) for x, y in pairs),
+                           np.int32, count=len(xs))
+
     def batch_tensors(a, p, ng, dap, dan):
-        pairs = zip(p.tolist(), ng.tolist(), strict=True)
-        dpn = np.fromiter((Levenshtein.distance(strings[x], strings[y]) for x, y in pairs),
-                          np.float32, count=len(p))
-        emb = net(net.one_hot(np.concatenate([codes[a], codes[p], codes[ng]])))
+        far = dan < 0
+        if far.any():  # random negatives: their distance, and the closer one is the positive
+            dan = dan.copy()
+            dan[far] = ed(a[far], ng[far])
+            swap = dan < dap
+            p, ng = np.where(swap, ng, p), np.where(swap, p, ng)
+            dap, dan = np.minimum(dap, dan), np.maximum(dap, dan)
+        dpn = ed(p, ng)
+        emb = net(*net.inputs(np.concatenate([codes[a], codes[p], codes[ng]])))
         b = len(a)
         d = [torch.from_numpy(np.asarray(v, np.float32) / scale) for v in (dap, dan, dpn)]
         return emb[:b], emb[b : 2 * b], emb[2 * b :], d
 
-    val = sample_triplets(nb, val_anchors, np.random.default_rng(seed + 1)) if n_val else None
+    n_pool = codes.shape[0]
+    val = (sample_triplets(nb, val_anchors, np.random.default_rng(seed + 1), far_fraction,
+                           n_pool) if n_val else None)
     report = TrainReport()
     best, best_state, stale = np.inf, None, 0
     t0 = time.perf_counter()
@@ -216,15 +264,15 @@ def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs:
     with tqdm(total=epochs * n_batches, desc="CNN-ED training", unit="batch", leave=False,
               disable=not progress or None) as bar:
         for epoch in range(epochs):
-            w_t, w_a = schedule_weights(epoch, epochs)
+            w_t, w_a = schedule_weights(epoch, epochs, schedule)
             net.train()
             anchors = rng.permutation(train_anchors)
-            tri = sample_triplets(nb, anchors, rng)
+            tri = sample_triplets(nb, anchors, rng, far_fraction, n_pool)
             sums = np.zeros(3)
             for s in range(0, anchors.size, batch_size):
                 sl = slice(s, s + batch_size)
                 ea, ep, en, (dap, dan, dpn) = batch_tensors(*(v[sl] for v in tri))
-                loss, lt, la = cnned_loss(ea, ep, en, dap, dan, dpn, w_t, w_a)
+                loss, lt, la = cnned_loss(ea, ep, en, dap, dan, dpn, w_t, w_a, approx_form)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
