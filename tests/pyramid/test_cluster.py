@@ -173,3 +173,35 @@ def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95(tmp_path):
                                                          / 1000)
     finally:
         pool.close()
+
+
+def test_follower_coordinator_reads_locally_forwards_writes_and_outlives_the_leader(
+        cluster_factory, data):
+    from simsearch.service.errors import ServiceUnavailableError
+
+    base, queries = data
+    cl = cluster_factory(3, 2, "--coordinators", "2", "--no-restart")
+    leader_addr, follower_addr = (c["address"] for c in cl.processes["coordinators"])
+    follower = ss.connect(follower_addr, timeout=60)
+    col = follower.create_collection("docs", DIM, "ip", "pyramid", **PARAMS)  # forwarded
+    col.train(base)
+    col.add(base[:1000])
+    col.add(base[1000:], ids=np.arange(1000, 1500))
+    col.remove(np.arange(0, 1500, 11))
+    ref = local("ip", base)
+    lead = ss.connect(leader_addr, timeout=60).collection("docs")
+    assert len(col) == len(lead) == len(ref)
+    assert follower.list_collections() == ["docs"]
+    for branching in (2, 24):
+        want = ref.search(queries, K, branching=branching).ids
+        np.testing.assert_array_equal(col.search(queries, K, branching=branching).ids, want)
+        np.testing.assert_array_equal(lead.search(queries, K, branching=branching).ids, want)
+    # the leader dies: the follower keeps answering from its router copy; writes need the leader
+    import os
+
+    os.kill(cl.pid("coord-0"), signal.SIGKILL)
+    want = ref.search(queries, K, branching=24).ids
+    for _ in range(3):
+        np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
+    with pytest.raises(ServiceUnavailableError):
+        col.add(base[:1], ids=[9000])

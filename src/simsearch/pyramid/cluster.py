@@ -73,7 +73,10 @@ class ShardPool:
 
     def __init__(self, cluster_dir: str | os.PathLike, timeout: float = 30.0,
                  health_interval: float = 0.2, hedge_fraction: float = 0.1,
-                 token: str | None = None, tls_ca: str | None = None):
+                 token: str | None = None, tls_ca: str | None = None, read_only: bool = False):
+        """``read_only``: a reader of a map another process owns (follower coordinators,
+        client-side routers): it never writes the map, creates parts or re-copies replicas, and
+        re-reads the owner's replica states from the map as they change."""
         from functools import partial
 
         from ..service.client import connect as _connect
@@ -82,7 +85,9 @@ class ShardPool:
 
         self.dir = Path(cluster_dir)
         self.map_path = self.dir / "cluster.json"
+        self.read_only = read_only
         self.map = json.loads(self.map_path.read_text())
+        self._map_mtime = self.map_path.stat().st_mtime_ns
         self.n_shards = len(self.map["shards"])
         self.replicas = int(self.map["replicas"])
         self.clients = {s["id"]: connect(s["address"], timeout=timeout) for s in self.map["shards"]}
@@ -114,6 +119,8 @@ class ShardPool:
     # -- map --------------------------------------------------------------------------------
 
     def _save_map(self) -> None:
+        if self.read_only:
+            return
         with self._lock:
             self.map["epoch"] = int(self.map.get("epoch", 0)) + 1
             self.map["out_of_sync"] = {k: sorted(v) for k, v in self.out_of_sync.items() if v}
@@ -143,13 +150,30 @@ class ShardPool:
         except Exception:
             return False
 
+    def _reread_map(self) -> None:
+        """Take the owner's replica states (out of sync / back in sync) from the map file."""
+        try:
+            mtime = self.map_path.stat().st_mtime_ns
+            if mtime == self._map_mtime:
+                return
+            cmap = json.loads(self.map_path.read_text())
+        except (OSError, ValueError):  # being replaced right now: next tick
+            return
+        with self._lock:
+            self._map_mtime, self.map = mtime, cmap
+            self.out_of_sync = {k: set(v) for k, v in cmap.get("out_of_sync", {}).items()}
+
     def _watch(self) -> None:
         while not self._stop.wait(self.health_interval):
+            if self.read_only:
+                self._reread_map()
             for sid in list(self.clients):
                 alive = self._probe(sid)
                 if not alive and self.up[sid]:
                     log.warning("shard %d is down", sid)
                     self.up[sid] = False
+                elif alive and not self.up[sid] and self.read_only:
+                    self.up[sid] = True  # the owner re-copies it; the map says when it is in sync
                 elif alive and not self.up[sid] and sid not in self._recovering:
                     self._recovering.add(sid)
                     threading.Thread(target=self._recover, args=(sid,), daemon=True).start()
@@ -221,8 +245,9 @@ class ShardPool:
                 "params": index.sub_params})
             self.parts[name] = part
             out.append(part)
-        for part in out:
-            part.ensure()
+        if not self.read_only:
+            for part in out:
+                part.ensure()
         return out
 
 
@@ -457,7 +482,7 @@ def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
     from ..service.client import connect
     from . import index as index_mod
 
-    pool = ShardPool(cluster_dir, **pool_options)
+    pool = ShardPool(cluster_dir, read_only=True, **pool_options)
     _config, data = connect(coordinator, timeout=600).export_collection(name)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "router.idx"
@@ -532,6 +557,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
     from .index import set_parts_factory
 
     global _POOL
+    if not args.follow and not args.data_dir:
+        print("a leader coordinator needs --data-dir (its router store); "
+              "a follower needs --follow LEADER", file=sys.stderr)
+        return 2
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
@@ -541,9 +570,17 @@ def run_coordinator(args: argparse.Namespace) -> int:
         token = Path(args.shard_token_file).read_text().strip() if args.shard_token_file \
             else None
         _POOL = ShardPool(args.cluster_dir, health_interval=args.health_interval, token=token,
-                          tls_ca=args.shard_tls_ca)
+                          tls_ca=args.shard_tls_ca, read_only=bool(args.follow))
         set_parts_factory(_POOL.make_parts)
-        store = _coordinator_store_classes()(args.data_dir)
+        if args.follow:  # reads from a copy of the leader's routers, writes forwarded
+            from .follower import FollowerStore
+
+            leader_token = Path(args.follow_token_file).read_text().strip() \
+                if args.follow_token_file else None
+            store = FollowerStore(args.follow, refresh_interval=args.refresh_interval,
+                                  token=leader_token, tls_ca=args.follow_tls_ca)
+        else:
+            store = _coordinator_store_classes()(args.data_dir)
         from ..service.auth import load_tokens
 
         running = create_server(
@@ -596,9 +633,8 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"{map_path} describes {len(old['shards'])} shards x {old['replicas']} replicas; "
               "use the same --shards/--replicas or a new --data-dir", file=sys.stderr)
         return 2
-    if args.coordinators != 1:  # the router lives in the coordinator's store (single writer)
-        print("--coordinators: only 1 is supported so far (see docs/cluster.md, Limits)",
-              file=sys.stderr)
+    if args.coordinators < 1:
+        print("--coordinators must be at least 1", file=sys.stderr)
         return 2
     if args.replicas > args.shards or args.replicas < 1:
         print("--replicas must be in [1, --shards]", file=sys.stderr)
@@ -620,15 +656,18 @@ def run_up(args: argparse.Namespace) -> int:
         cmap.update(shards=shards, epoch=int(cmap.get("epoch", 0)) + 1)
         _atomic_json(map_path, cmap)
         coords = []
-        for i in range(args.coordinators):
+        for i in range(args.coordinators):  # coord-0 leads; the others follow it
             cmd = [sys.executable, "-m", "simsearch.pyramid.cluster", "coordinator",
                    "--cluster-dir", str(d), "--data-dir", str(d / f"coord-{i}"),
                    "--port", str(args.port + i if args.port else 0),
                    "--ready-file", str(d / f"coord-{i}.ready"), "--log-level", "WARNING",
                    "--threads", str(args.threads)]
+            if i:
+                cmd += ["--follow", coords[0]["address"]]
             proc, port = _spawn(cmd, d / f"coord-{i}.ready", d / f"coord-{i}.log")
             procs[f"coord-{i}"] = proc
-            coords.append({"id": i, "address": f"127.0.0.1:{port}"})
+            coords.append({"id": i, "address": f"127.0.0.1:{port}",
+                           "role": "follower" if i else "leader"})
 
         def write_procs():
             _atomic_json(d / "processes.json", {
@@ -683,7 +722,7 @@ def run_status(args: argparse.Namespace) -> int:
             h = connect(c["address"], timeout=2).health()
         except Exception as exc:
             h = type(exc).__name__
-        print(f"coordinator {c['id']}  {c['address']:22s} {h}")
+        print(f"coordinator {c['id']}  {c['address']:22s} {c.get('role', 'leader'):8s} {h}")
     bad = 0
     for s in cmap["shards"]:
         try:
@@ -770,7 +809,9 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start shard servers and coordinators on loopback")
     up.add_argument("--shards", type=int, default=3)
     up.add_argument("--replicas", type=int, default=2)
-    up.add_argument("--coordinators", type=int, default=1, help="1 (the only value so far)")
+    up.add_argument("--coordinators", type=int, default=1,
+                    help="coordinator processes: the first leads (owns the routers and the map), "
+                         "the others follow it (local reads, writes forwarded)")
     up.add_argument("--data-dir", required=True)
     up.add_argument("--port", type=int, default=0, help="first coordinator port (0: free port)")
     up.add_argument("--threads", type=int, default=1, help="search threads per process")
@@ -783,7 +824,13 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     st.set_defaults(func=run_status)
     co = sub.add_parser("coordinator", help="run one coordinator (started by `cluster up`)")
     co.add_argument("--cluster-dir", required=True, help="directory holding cluster.json")
-    co.add_argument("--data-dir", required=True, help="the coordinator's router store")
+    co.add_argument("--data-dir", help="the leader's router store (a follower keeps none)")
+    co.add_argument("--follow", metavar="LEADER",
+                    help="run as a follower of the leader coordinator at this address")
+    co.add_argument("--refresh-interval", type=float, default=2.0,
+                    help="a follower re-checks the leader's routers at most this often (s)")
+    co.add_argument("--follow-token-file", help="a file holding a token for the leader")
+    co.add_argument("--follow-tls-ca", help="PEM CA of the leader's TLS certificate")
     co.add_argument("--port", type=int, default=0)
     co.add_argument("--host", default="127.0.0.1")
     co.add_argument("--ready-file")
