@@ -125,8 +125,11 @@ def main() -> None:
         t = time.perf_counter()
         xb = enc.encode(base)
         t_enc = time.perf_counter() - t
+        t = time.perf_counter()
         xq = enc.encode(queries)
-        res["embedding"] = {"strings_per_s": len(base) / t_enc, "seconds": t_enc}
+        t_q = time.perf_counter() - t
+        res["embedding"] = {"strings_per_s": len(base) / t_enc, "seconds": t_enc,
+                            "query_ms": 1e3 * t_q / len(queries)}
         log.info("embedded %d strings in %.1f s", len(base), t_enc)
 
         # -- recall against T (exact top-T in embedding space, then exact re-rank) --------
@@ -182,7 +185,8 @@ def markdown(res: dict) -> str:
     if "seconds" in tr:
         lines.append(f"training: {tr['seconds']:.0f} s ({tr['epochs']} epochs, neighbour lists "
                      f"{tr['neighbour_seconds']:.0f} s, 1 thread); embedding: "
-                     f"{res['embedding']['strings_per_s']:.0f} strings/s (1 thread); CGK: "
+                     f"{res['embedding']['strings_per_s']:.0f} strings/s (1 thread; "
+                     f"{res['embedding'].get('query_ms', 0):.2f} ms per query); CGK: "
                      f"{res.get('cgk_embed_strings_per_s', 0):.0f} strings/s")
     if "recall_cnned" in res:
         lines += ["", "| T | " + " | ".join(f"CNN-ED @{k} | CGK @{k}" for k in KS) + " |",

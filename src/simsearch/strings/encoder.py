@@ -96,7 +96,7 @@ class CNNEDEncoder:
         return self._net
 
     def fit(self, strings: list[str], epochs: int = 10, batch_size: int = 64,
-            n_train: int = 3000, n_neighbors: int = 100, neighbours: str = "pool",
+            n_train: int | None = None, n_neighbors: int = 100, neighbours: str = "pool",
             n_candidates: int = 500, n_pool: int | None = None, learning_rate: float = 1e-3,
             early_stopping: int | None = None, validation_fraction: float = 0.1,
             approx_form: str | None = None, far_fraction: float | None = None,
@@ -105,7 +105,9 @@ class CNNEDEncoder:
         """Train on ``strings``.
 
         epochs : passes over the training anchors (each draws fresh triplets).
-        n_train : number of anchors (a seeded sample of the distinct strings).
+        n_train : number of anchors (a seeded sample of the distinct strings); None: 3,000 for
+            shallow stacks (words), 6,000 for deep ones (measured on proteins: recall@10 at
+            T = 2,000 0.771 against 0.742 with 3,000).
         n_neighbors : the paper's 2K: each anchor's two partners come from its 2K nearest.
         neighbours : where the 2K nearest are sought. "pool" (default): among all distinct
             strings (or a seeded sample of ``n_pool``), through ``n_candidates`` bigram-profile
@@ -119,7 +121,7 @@ class CNNEDEncoder:
             "relative" or "log"; None: "paper" for shallow stacks (words), "log" for deep.
         far_fraction : share of triplets whose negative is a random string of the whole pool
             rather than one of the 2K nearest (``training.sample_triplets``); None: 0 (the
-            paper's sampling) for shallow stacks, 0.5 for deep.
+            paper's sampling) for shallow stacks, 0.8 for deep.
         n_threads : torch and rapidfuzz threads.
         """
         from . import model as M
@@ -128,6 +130,8 @@ class CNNEDEncoder:
         strings = check_strings(strings)
         epochs = check_int("epochs", epochs, 1, 100_000)
         batch_size = check_int("batch_size", batch_size, 1, 1 << 16)
+        if n_train is None:
+            n_train = 3000 if self.n_layers <= 2 else 6000
         n_train = check_int("n_train", n_train, 3)
         n_neighbors = check_int("n_neighbors", n_neighbors, 2)
         n_threads = check_int("n_threads", n_threads, 1, 1024)
@@ -151,7 +155,7 @@ class CNNEDEncoder:
         if approx_form is None:
             approx_form = "paper" if self.n_layers <= 2 else "log"
         if far_fraction is None:
-            far_fraction = 0.0 if self.n_layers <= 2 else 0.5
+            far_fraction = 0.0 if self.n_layers <= 2 else 0.8
         if not 0.0 <= far_fraction <= 1.0:
             raise InvalidParameterError(f"far_fraction must be in [0, 1]; got {far_fraction}")
         if approx_form not in T.APPROX_FORMS:
