@@ -303,6 +303,14 @@ def test_string_index_recall_against_brute_force(encoder, clustered):
     assert hits.mean() >= 0.85  # observed 0.95
     exact = idx.search(queries, 10, n_candidates=len(clustered))
     np.testing.assert_array_equal(exact.distances, gt_d)
+    # the re-ranking's cutoffs change nothing: plain distances of the same candidates
+    cand = idx._vectors.search(encoder.encode(queries), 300, ef=300).ids
+    res = idx.search(queries, 10, n_candidates=300)
+    for r, c in enumerate(cand):
+        d = edit_distance_matrix(queries[r : r + 1], [clustered[i] for i in c])[0]
+        order = np.lexsort((c, d))[:10]
+        np.testing.assert_array_equal(res.ids[r], c[order])
+        np.testing.assert_array_equal(res.distances[r], d[order])
     flat = StringIndex(encoder, "flat")
     x = encoder.encode(clustered)
     with pytest.raises(errors.InvalidParameterError):
