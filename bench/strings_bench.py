@@ -167,7 +167,7 @@ def main() -> None:
     plot(res, ROOT / "docs" / "img" / f"strings-{args.dataset}.png")
 
 
-def brute_with_cutoffs(queries, base, k, block=128):
+def brute_with_cutoffs(queries, base, k, block=1024):
     """Brute force with the StringIndex's re-ranking trick: the whole base in base order,
     rapidfuzz score cutoffs tightened to the k-th best distance so far after each block."""
     from rapidfuzz.distance import Levenshtein
@@ -176,14 +176,16 @@ def brute_with_cutoffs(queries, base, k, block=128):
     out = []
     for q in queries:
         d = np.empty(len(base), np.int32)
-        cutoff = None
+        cutoff, best = None, d[:0]
         for s in range(0, len(base), block):
             e = min(len(base), s + block)
             d[s:e] = cdist([q], base[s:e], scorer=Levenshtein.distance, dtype=np.int32,
                            workers=1, score_cutoff=cutoff)[0]
-            if e >= k:
-                cutoff = int(np.partition(d[:e], k - 1)[k - 1])
-        out.append(np.sort(d)[:k])
+            best = np.concatenate([best, d[s:e]])
+            if best.size >= k:
+                best = np.partition(best, k - 1)[:k]
+                cutoff = int(best.max())
+        out.append(np.sort(best))
     return np.array(out)
 
 

@@ -142,13 +142,15 @@ class StringIndex:
             # the answer; later blocks are scored with that cutoff (rapidfuzz stops early and
             # returns cutoff + 1 past it), tightened after each block. The top k are exact; this
             # was measured 3x faster than plain distances on proteins at the k-th distance.
-            cutoff = None
+            cutoff, best = None, d[:0]
             for s in range(0, c.size, RERANK_BLOCK):
                 e = min(c.size, s + RERANK_BLOCK)
                 d[s:e] = cdist(queries[r : r + 1], texts[s:e], scorer=Levenshtein.distance,
                                dtype=np.int32, workers=1, score_cutoff=cutoff)[0]
-                if e >= k:
-                    cutoff = int(np.partition(d[:e], k - 1)[k - 1])
+                best = np.concatenate([best, d[s:e]])
+                if best.size >= k:  # the k smallest so far; the k-th is the next cutoff
+                    best = np.partition(best, k - 1)[:k]
+                    cutoff = int(best.max())
             order = np.lexsort((c, d))[:k]
             ids[r, : order.size] = c[order]
             dists[r, : order.size] = d[order]

@@ -29,6 +29,7 @@ def schedule_weights(epoch: int, n_epochs: int, schedule=SCHEDULE) -> tuple[floa
 
 
 APPROX_FORMS = ("paper", "relative", "log")
+PROFILE_PCA = False  # start the profile map from principal directions instead of random ones
 LOG_EPS = 0.05  # in units of the mean distance: below it, log error treats distances alike
 
 
@@ -233,7 +234,7 @@ def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs:
 
     if net.prof is not None:  # start from the projected profile (see CNNEDNet)
         sample = np.sort(rng.choice(codes.shape[0], min(2000, codes.shape[0]), replace=False))
-        net.init_profile(net.profile_features(codes[sample]), seed)
+        net.init_profile(net.profile_features(codes[sample]), seed, PROFILE_PCA)
 
     def ed(xs, ys):
         pairs = zip(xs.tolist(), ys.tolist(), strict=True)
