@@ -35,7 +35,7 @@ class CNNEDNet(nn.Module):
     string's letter and letter-pair counts (``C + 1 + (C + 1)^2`` features) pass through a second
     linear map that is added to the embedding. :meth:`init_profile` starts it as a scaled random
     projection with the convolutional path's output at zero, so training starts from the
-    profile's ranking (measured on proteins: recall@10 0.66 at T = 1,000 after a 128-d random
+    profile's ranking (measured on proteins: recall@10 0.64 at T = 1,000 after a 128-d random
     projection, against 0.48 for CGK) and refines it; the map is learned, so it can weigh letter
     pairs as edit distance does.
     """
