@@ -87,17 +87,12 @@ class CNNEDNet(nn.Module):
         return torch.cat([uni, bi], 1).sqrt_()
 
     @torch.no_grad()
-    def init_profile(self, features: torch.Tensor, seed: int, pca: bool = False) -> None:
-        """Random Gaussian projection (``pca``: the top principal directions of ``features``)
-        scaled so that random pairs of ``features`` rows lie at mean distance 1 (the training
-        scale: edit distance / its mean), and the convolutional path's output set to zero, so
-        that at first the embedding is the projected profile."""
+    def init_profile(self, features: torch.Tensor, seed: int) -> None:
+        """Random Gaussian projection scaled so that random pairs of ``features`` rows lie at
+        mean distance 1 (the training scale: edit distance / its mean), and the convolutional
+        path's output set to zero, so that at first the embedding is the projected profile."""
         g = torch.Generator().manual_seed(seed)
         w = torch.randn(self.prof.weight.shape, generator=g)
-        if pca:
-            _, _, vt = torch.linalg.svd(features - features.mean(0), full_matrices=False)
-            r = min(vt.shape[0], w.shape[0])
-            w[:r] = vt[:r]
         n = features.shape[0]
         i = torch.randperm(n, generator=g)
         diff = (features - features[i]) @ w.T

@@ -22,14 +22,13 @@ log = logging.getLogger(__name__)
 SCHEDULE = ((1.0, 10.0), (10.0, 10.0), (10.0, 1.0), (5.0, 0.1), (1.0, 0.01))
 
 
-def schedule_weights(epoch: int, n_epochs: int, schedule=SCHEDULE) -> tuple[float, float]:
+def schedule_weights(epoch: int, n_epochs: int) -> tuple[float, float]:
     """(triplet, approximation) weights of ``epoch`` (0-based) in a run of ``n_epochs``."""
-    phase = min(len(schedule) - 1, epoch * len(schedule) // max(n_epochs, 1))
-    return tuple(schedule[phase])
+    phase = min(len(SCHEDULE) - 1, epoch * len(SCHEDULE) // max(n_epochs, 1))
+    return SCHEDULE[phase]
 
 
 APPROX_FORMS = ("paper", "relative", "log")
-PROFILE_PCA = False  # start the profile map from principal directions instead of random ones
 LOG_EPS = 0.05  # in units of the mean distance: below it, log error treats distances alike
 
 
@@ -216,7 +215,7 @@ class TrainReport:
 def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs: int,
           batch_size: int, learning_rate: float, early_stopping: int | None,
           validation_fraction: float, seed: int, approx_form: str = "paper",
-          far_fraction: float = 0.0, schedule=SCHEDULE, progress: bool = True) -> TrainReport:
+          far_fraction: float = 0.0, progress: bool = True) -> TrainReport:
     """Adam over freshly sampled triplets every epoch. With ``early_stopping`` (patience in
     epochs) a held-out set of anchors is scored after each epoch by its triplet term (weights
     apart) and training stops when it has not improved by 0.5% for that many epochs; the best
@@ -234,7 +233,7 @@ def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs:
 
     if net.prof is not None:  # start from the projected profile (see CNNEDNet)
         sample = np.sort(rng.choice(codes.shape[0], min(2000, codes.shape[0]), replace=False))
-        net.init_profile(net.profile_features(codes[sample]), seed, PROFILE_PCA)
+        net.init_profile(net.profile_features(codes[sample]), seed)
 
     def ed(xs, ys):
         pairs = zip(xs.tolist(), ys.tolist(), strict=True)
@@ -265,7 +264,7 @@ def train(net, codes: np.ndarray, strings: list[str], nb: Neighbours, *, epochs:
     with tqdm(total=epochs * n_batches, desc="CNN-ED training", unit="batch", leave=False,
               disable=not progress or None) as bar:
         for epoch in range(epochs):
-            w_t, w_a = schedule_weights(epoch, epochs, schedule)
+            w_t, w_a = schedule_weights(epoch, epochs)
             net.train()
             anchors = rng.permutation(train_anchors)
             tri = sample_triplets(nb, anchors, rng, far_fraction, n_pool)
