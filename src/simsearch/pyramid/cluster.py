@@ -471,19 +471,14 @@ class _PartCall:
         return None
 
 
-def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
-                **pool_options: Any):
-    """A read-only copy of a coordinator's router (centres, meta-HNSW, partition, MIPS lists)
-    in this process, searching the shard servers directly: a query skips the coordinator hop.
-    Writes must still go through the coordinator (this copy does not see them)."""
+def load_router(data: bytes, pool: ShardPool):
+    """A coordinator's exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded
+    here with its parts on ``pool``'s shard servers."""
     import tempfile
 
     from ..index import load
-    from ..service.client import connect
     from . import index as index_mod
 
-    pool = ShardPool(cluster_dir, read_only=True, **pool_options)
-    _config, data = connect(coordinator, timeout=600).export_collection(name)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "router.idx"
         path.write_bytes(data)
@@ -493,6 +488,18 @@ def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
             return load(path)
         finally:
             index_mod.set_parts_factory(previous)
+
+
+def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
+                **pool_options: Any):
+    """A read-only copy of a coordinator's router in this process, searching the shard servers
+    directly: a query skips the coordinator hop. Writes must still go through the coordinator
+    (this copy does not see them)."""
+    from ..service.client import connect
+
+    pool = ShardPool(cluster_dir, read_only=True, **pool_options)
+    _config, data = connect(coordinator, timeout=600).export_collection(name)
+    return load_router(data, pool)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -577,7 +584,7 @@ def run_coordinator(args: argparse.Namespace) -> int:
 
             leader_token = Path(args.follow_token_file).read_text().strip() \
                 if args.follow_token_file else None
-            store = FollowerStore(args.follow, refresh_interval=args.refresh_interval,
+            store = FollowerStore(args.follow, _POOL, refresh_interval=args.refresh_interval,
                                   token=leader_token, tls_ca=args.follow_tls_ca)
         else:
             store = _coordinator_store_classes()(args.data_dir)

@@ -16,14 +16,12 @@ in the background, so searches never wait for it except the first.
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from ..index import SearchResult, load
-from .cluster import DEADLINE
+from ..index import SearchResult
+from .cluster import DEADLINE, ShardPool, load_router
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +48,7 @@ class FollowerCollection:
         if state == self._state and self._router is not None:
             return
         _config, data = self.store.leader.export_collection(self.name)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "router.idx"
-            path.write_bytes(data)
-            router = load(path)  # remote parts through the follower's (read-only) shard pool
-        self._router, self._state = router, state
+        self._router, self._state = load_router(data, self.store.pool), state
 
     def _refresh_in_background(self) -> None:
         from ..service.errors import CollectionNotFoundError
@@ -118,11 +112,13 @@ class FollowerCollection:
 class FollowerStore:
     """The store surface of a follower coordinator: collections are the leader's."""
 
-    def __init__(self, leader_address: str, refresh_interval: float = 2.0,
+    def __init__(self, leader_address: str, pool: ShardPool, refresh_interval: float = 2.0,
                  token: str | None = None, tls_ca: str | None = None, timeout: float = 600.0):
+        """``pool``: this follower's read-only shard pool, which the router copies search."""
         from ..service.client import connect
 
         self.leader = connect(leader_address, token=token, tls_ca=tls_ca, timeout=timeout)
+        self.pool = pool
         self.refresh_interval = refresh_interval
         self._collections: dict[str, FollowerCollection] = {}
         self._lock = threading.Lock()
