@@ -30,6 +30,7 @@ from simsearch.strings import (
     edit_distance_matrix,
     hamming_search,
 )
+from simsearch.strings.brute import distances_with_cutoff
 
 log = logging.getLogger("strings_bench")
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,23 +178,7 @@ def main() -> None:
 def brute_with_cutoffs(queries, base, k, block=1024):
     """Brute force with the StringIndex's re-ranking trick: the whole base in base order,
     rapidfuzz score cutoffs tightened to the k-th best distance so far after each block."""
-    from rapidfuzz.distance import Levenshtein
-    from rapidfuzz.process import cdist
-
-    out = []
-    for q in queries:
-        d = np.empty(len(base), np.int32)
-        cutoff, best = None, d[:0]
-        for s in range(0, len(base), block):
-            e = min(len(base), s + block)
-            d[s:e] = cdist([q], base[s:e], scorer=Levenshtein.distance, dtype=np.int32,
-                           workers=1, score_cutoff=cutoff)[0]
-            best = np.concatenate([best, d[s:e]])
-            if best.size >= k:
-                best = np.partition(best, k - 1)[:k]
-                cutoff = int(best.max())
-        out.append(np.sort(best))
-    return np.array(out)
+    return np.array([np.sort(distances_with_cutoff(q, base, k, block))[:k] for q in queries])
 
 
 def recall_vs_t(res, enc, cfg, ds, base, queries, xb, xq, gt_d) -> None:

@@ -24,6 +24,7 @@ from ..index import (
 )
 from ..index import load as load_vector_index
 from ._alphabet import check_strings
+from .brute import distances_with_cutoff
 from .encoder import CNNEDEncoder
 
 FILE_CLASS = "string-index"
@@ -113,9 +114,6 @@ class StringIndex:
                ef: int | None = None, n_threads: int = 1) -> StringSearchResult:
         """Top-k strings by exact edit distance among the ``n_candidates`` embedding-nearest
         (the paper's T), ties by smaller id."""
-        from rapidfuzz.distance import Levenshtein
-        from rapidfuzz.process import cdist
-
         queries = check_strings(queries, "queries")
         k = check_k(k)
         T = max(k, 1024) if n_candidates is None else check_int("n_candidates", n_candidates, 1)
@@ -137,20 +135,9 @@ class StringIndex:
         for r in range(nq):
             c = cand[r][cand[r] >= 0]
             texts = [strings[i] for i in c.tolist()]
-            d = np.empty(c.size, np.int32)
-            # Candidates come nearest first, so the k-th best distance of the first block bounds
-            # the answer; later blocks are scored with that cutoff (rapidfuzz stops early and
-            # returns cutoff + 1 past it), tightened after each block. The top k are exact; this
-            # was measured 3x faster than plain distances on proteins at the k-th distance.
-            cutoff, best = None, d[:0]
-            for s in range(0, c.size, RERANK_BLOCK):
-                e = min(c.size, s + RERANK_BLOCK)
-                d[s:e] = cdist(queries[r : r + 1], texts[s:e], scorer=Levenshtein.distance,
-                               dtype=np.int32, workers=1, score_cutoff=cutoff)[0]
-                best = np.concatenate([best, d[s:e]])
-                if best.size >= k:  # the k smallest so far; the k-th is the next cutoff
-                    best = np.partition(best, k - 1)[:k]
-                    cutoff = int(best.max())
+            # candidates come nearest first, so the running cutoff tightens early: measured
+            # 3x faster than plain distances on proteins; the top k are exact
+            d = distances_with_cutoff(queries[r], texts, k, RERANK_BLOCK)
             order = np.lexsort((c, d))[:k]
             ids[r, : order.size] = c[order]
             dists[r, : order.size] = d[order]
