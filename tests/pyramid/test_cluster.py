@@ -185,7 +185,9 @@ def test_follower_coordinator_reads_locally_forwards_writes_and_outlives_the_lea
     follower = ss.connect(follower_addr, timeout=60)
     col = follower.create_collection("docs", DIM, "ip", "pyramid", **PARAMS)  # forwarded
     col.train(base)
+    assert (col.search(queries[:2], K).ids == -1).all()  # empty: the follower's copy is too
     col.add(base[:1000])
+    assert (col.search(queries[:2], K).ids >= 0).all()  # an empty copy asks the leader first
     col.add(base[1000:], ids=np.arange(1000, 1500))
     col.remove(np.arange(0, 1500, 11))
     ref = local("ip", base)

@@ -10,7 +10,8 @@ Freshness: routing only uses the trained model (centres, meta-HNSW, partition), 
 changes once trained, so a follower's answers are the leader's whatever the age of its copy. The
 copy is re-fetched when the leader's collection changes (training, or its item count: the count
 decides the empty-index and small-index cases), at most once per ``refresh_interval`` seconds and
-in the background, so searches never wait for it except the first.
+in the background. Only while the copy is untrained or empty does a search check the leader
+first, so a follower never answers "not trained" or "nothing" for long after the leader changed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ..index import SearchResult
 from .cluster import DEADLINE, ShardPool, load_router
 
 log = logging.getLogger(__name__)
+
+SYNC_CHECK_INTERVAL = 0.1  # s between the leader checks of an empty or untrained copy
 
 
 class FollowerCollection:
@@ -65,7 +68,12 @@ class FollowerCollection:
     def router(self):
         now = time.monotonic()
         with self._lock:
-            if self._router is None:
+            r = self._router
+            if r is None or ((not r.is_trained or len(r) == 0)
+                             and now - self._checked >= SYNC_CHECK_INTERVAL):
+                # an empty or untrained copy would answer "nothing" or "not trained" for a
+                # whole refresh interval after the leader's first training or writes: while
+                # it is, ask the leader before answering (a describe call; cheap)
                 self._fetch()
                 self._checked = now
             elif now - self._checked >= self.store.refresh_interval and not self._refreshing:
@@ -90,10 +98,14 @@ class FollowerCollection:
             DEADLINE.reset(token)
 
     def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None):
-        return self._remote.add(x, ids, upsert=upsert)
+        out = self._remote.add(x, ids, upsert=upsert)
+        self._checked = float("-inf")  # this follower's own writes: the next search re-checks
+        return out
 
     def remove(self, ids, deadline: float | None = None, missing_ok: bool = False) -> int:
-        return self._remote.remove(ids, missing_ok=missing_ok)
+        out = self._remote.remove(ids, missing_ok=missing_ok)
+        self._checked = float("-inf")
+        return out
 
     def train(self, x, deadline: float | None = None) -> None:
         self._remote.train(x)
