@@ -1,8 +1,10 @@
 """The Index contract every index honours, its result type, input validation, the registry of
 index kinds, and the one on-disk format (``save`` / :func:`load`).
 
-Concurrency: searches may run concurrently with each other; writes (train, add, remove, save) are
-serialized by a per-index lock. Search parameters are passed per call and never stored.
+Concurrency (docs/architecture.md, "Concurrency"): every index carries one reader-writer lock, taken
+here and nowhere else. Searches and saves share the read side and run in parallel; train, add and
+remove take the write side, so a search that overlaps a write sees the index before or after it,
+never half of it. Search parameters are passed per call and never stored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ._rwlock import RWLock
 from .errors import (
     CorruptIndexError,
     DimensionMismatchError,
@@ -37,6 +40,10 @@ from .errors import (
 
 METRICS = ("ip", "cosine", "l2")
 MAX_K = 100_000
+#: The most result entries (queries x k) one search may return: above it the search is refused
+#: before anything is allocated (a 12-byte entry: 2**25 entries are 400 MB). Set
+#: SIMSEARCH_MAX_RESULT_ENTRIES to change it; compare Milvus's nq and topk limits.
+MAX_RESULT_ENTRIES = int(os.environ.get("SIMSEARCH_MAX_RESULT_ENTRIES", 1 << 25))
 
 # ---------------------------------------------------------------------------------------------
 # results
@@ -97,6 +104,27 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
 
 def check_k(k: Any) -> int:
     return check_int("k", k, 1, MAX_K)
+
+
+def check_result_size(nq: int, k: int) -> None:
+    """Refuse a search whose (nq, k) result exceeds MAX_RESULT_ENTRIES, before allocating it."""
+    if nq * k > MAX_RESULT_ENTRIES:
+        raise InvalidParameterError(
+            f"a search may return at most {MAX_RESULT_ENTRIES} results (queries x k); got "
+            f"{nq} queries x k={k} = {nq * k}: lower k or send fewer queries per call "
+            "(limit: SIMSEARCH_MAX_RESULT_ENTRIES)"
+        )
+
+
+def pad_result(r: SearchResult, k: int, metric: str) -> SearchResult:
+    """Widen a (nq, kk) result to (nq, k) with padding; the padding is all it costs."""
+    nq, kk = r.ids.shape
+    if kk >= k:
+        return r
+    out = empty_result(nq, k, metric)
+    out.ids[:, :kk] = r.ids
+    out.scores[:, :kk] = r.scores
+    return out
 
 
 def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors") -> np.ndarray:
@@ -278,7 +306,7 @@ class Index:
         self._params = dict(params)  # build params, saved in the header and passed back on load
         self._idset = IdSet()
         self._is_trained = not self.needs_training
-        self._write_lock = threading.RLock()
+        self._lock = RWLock()  # the concurrency rule: see the module docstring
 
     # -- public API -------------------------------------------------------------------------
 
@@ -300,7 +328,7 @@ class Index:
             return
         if x.shape[0] == 0:
             raise InvalidParameterError("training vectors must hold at least one row; got 0")
-        with self._write_lock:
+        with self._lock.write():
             self._train(x)
             self._is_trained = True
 
@@ -308,7 +336,7 @@ class Index:
         """Add vectors x (n, dim); ids default to consecutive integers after the largest id so far.
         Returns the int64 ids. The whole batch is checked before anything changes."""
         x = as_matrix(x, self.dim, self.metric)
-        with self._write_lock:
+        with self._lock.write():
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before add()")
             if ids is None:
@@ -338,16 +366,20 @@ class Index:
                 f"allowed: {sorted(self.search_params)}"
             )
         q = as_matrix(q, self.dim, self.metric, "queries")
-        if not self._is_trained:
-            raise NotTrainedError(f"{type(self).__name__} must be trained before search()")
-        if len(self) == 0 or q.shape[0] == 0:
-            return empty_result(q.shape[0], k, self.metric)
-        return self._search(q, k, **params)
+        check_result_size(q.shape[0], k)
+        with self._lock.read():
+            if not self._is_trained:
+                raise NotTrainedError(f"{type(self).__name__} must be trained before search()")
+            n = len(self)
+            if n == 0 or q.shape[0] == 0:
+                return empty_result(q.shape[0], k, self.metric)
+            # work is sized by what exists: k beyond the item count costs only the padding
+            return pad_result(self._search(q, min(k, n), **params), k, self.metric)
 
     def remove(self, ids: Any) -> int:
         """Remove the given ids (all must be present). Returns how many were removed."""
         ids = as_id_array(ids)
-        with self._write_lock:
+        with self._lock.write():
             if np.unique(ids).size != ids.size:
                 raise DuplicateIdError("ids to remove must be unique")
             missing = ~self._idset.contains(ids)
@@ -362,8 +394,9 @@ class Index:
             return int(ids.size)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the index atomically (temporary file, fsync, rename): never half a file."""
-        with self._write_lock:
+        """Write the index atomically (temporary file, fsync, rename): never half a file. Saving
+        reads the index, so searches go on meanwhile; writes wait."""
+        with self._lock.read():
             meta, arrays = self._get_state()
             arrays = dict(arrays)
             arrays["__ids__"] = self._idset.sorted

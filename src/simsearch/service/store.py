@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .._rwlock import RWLock
 from ..errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -107,52 +108,6 @@ def _search_per_query(index: Index, q: Any, k: int, params: dict) -> SearchResul
     return SearchResult(ids, scores)
 
 
-class RWLock:
-    """Many readers or one writer; a waiting writer keeps new readers out (no starvation)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._waiting_writers = 0
-
-    @contextmanager
-    def read(self, deadline: float | None = None):
-        with self._cond:
-            ok = self._cond.wait_for(
-                lambda: not self._writer and not self._waiting_writers,
-                None if deadline is None else max(0.0, deadline - time.monotonic()),
-            )
-            if not ok:
-                raise DeadlineExceededError(
-                    "the call's deadline passed while a write held the collection"
-                )
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self):
-        with self._cond:
-            self._waiting_writers += 1
-            try:
-                self._cond.wait_for(lambda: not self._writer and not self._readers)
-            finally:
-                self._waiting_writers -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
 def _check_unique(ids: np.ndarray, what: str) -> None:
     """A batch that repeats an id is a bad argument (INVALID_ARGUMENT), unlike an id that
     clashes with a stored one (ALREADY_EXISTS); both are DuplicateIdError, as in process."""
@@ -204,7 +159,7 @@ class Collection:
         self.generation = 0
         self._wal: WriteAheadLog | None = None
         self._writer = threading.Lock()  # one write at a time, including its fsync
-        self._rw = RWLock()  # searches share; applying a write is exclusive
+        self._rw = RWLock(DeadlineExceededError)  # searches share; applying a write is exclusive
         self.recover()
 
     # -- recovery ---------------------------------------------------------------------------
