@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-TEST_EXTRAS ?= dev,bench,service,strings
+TEST_EXTRAS ?= dev,bench,service,strings,cluster
 
 .PHONY: demo test lint bench-smoke clean
 
@@ -11,7 +11,7 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 demo: $(PY)
-	$(PIP) install -q -e ".[bench]"
+	$(PIP) install -q -e ".[bench,strings]"
 	$(VENV)/bin/simsearch demo
 
 test: $(PY)
