@@ -257,3 +257,8 @@ def test_interrupted_save_keeps_old_file(case, metric, data, tmp_path, monkeypat
     assert path.read_bytes() == old
     assert os.listdir(tmp_path) == ["x.idx"]
     assert len(ss.load(path)) == 300
+
+
+def test_every_registered_kind_is_in_the_suite():
+    missing = set(ss.index_kinds()) - {c.id for c in CASES}
+    assert not missing, f"add a Case line to tests/contract.py for: {sorted(missing)}"
