@@ -92,3 +92,29 @@ def test_create_index_by_kind():
         ss.create_index("nope", 8)
     with pytest.raises(ss.errors.InvalidParameterError, match="metric"):
         ss.FlatIndex(8, "dot")
+
+
+@pytest.mark.parametrize("kind", ["pyramid", "neq"])
+def test_retraining_a_filled_index_refuses_and_keeps_its_items(kind):
+    from simsearch.errors import RetrainNonEmptyError
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3000, 16)).astype(np.float32)
+    params = (
+        dict(n_centers=32, n_partitions=4, sub_index="hnsw", M=8)
+        if kind == "pyramid"
+        else dict(base="pq", n_codebooks=4, nbits=6, progress=False)
+    )
+    idx = ss.create_index(kind, 16, "ip", **params)
+    idx.train(x)
+    idx.add(x)
+    before = idx.search(x[:20], 5)
+    with pytest.raises(RetrainNonEmptyError, match="holds 3000 items"):
+        idx.train(x[::-1])
+    after = idx.search(x[:20], 5)
+    np.testing.assert_array_equal(before.ids, after.ids)
+    assert (after.ids >= 0).all()
+    idx.remove(np.arange(3000))  # emptied, it may learn again
+    idx.train(x[::-1])
+    idx.add(x[:100])
+    assert len(idx) == 100 and (idx.search(x[:5], 3).ids >= 0).all()

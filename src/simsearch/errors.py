@@ -38,6 +38,11 @@ class NotTrainedError(SimsearchError, RuntimeError):
     """add/search on an index that must be trained first."""
 
 
+class RetrainNonEmptyError(SimsearchError, RuntimeError):
+    """train() on a trained index that holds items: its codes or partition would no longer match
+    what it holds, so it refuses instead of dropping data (remove the items or build anew)."""
+
+
 class UnsupportedOperationError(SimsearchError, NotImplementedError):
     """The index kind does not support this operation (e.g. remove)."""
 

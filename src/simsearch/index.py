@@ -34,6 +34,7 @@ from .errors import (
     InvalidParameterError,
     InvalidVectorError,
     NotTrainedError,
+    RetrainNonEmptyError,
     UnknownIdError,
     UnsupportedOperationError,
 )
@@ -322,13 +323,21 @@ class Index:
         return self._is_trained
 
     def train(self, x: Any) -> None:
-        """Learn what the method needs from a sample; a no-op for indexes that learn nothing."""
+        """Learn what the method needs from a sample; a no-op for indexes that learn nothing.
+        Re-training a trained index that holds items raises RetrainNonEmptyError and changes
+        nothing; an empty index may be re-trained."""
         x = as_matrix(x, self.dim, self.metric, "training vectors")
         if not self.needs_training:
             return
         if x.shape[0] == 0:
             raise InvalidParameterError("training vectors must hold at least one row; got 0")
         with self._lock.write():
+            if self._is_trained and len(self):
+                # new codebooks or a new partition would not match the items already encoded
+                raise RetrainNonEmptyError(
+                    f"{type(self).__name__} holds {len(self)} items and is trained; re-training "
+                    "would strand them. Remove them first, or build a new index and add them"
+                )
             self._train(x)
             self._is_trained = True
 

@@ -88,6 +88,7 @@ _CORE_CODES: dict[type[BaseException], str] = {
     core.UnknownIdError: "NOT_FOUND",
     core.DuplicateIdError: "ALREADY_EXISTS",
     core.NotTrainedError: "FAILED_PRECONDITION",
+    core.RetrainNonEmptyError: "FAILED_PRECONDITION",
     core.UnsupportedOperationError: "UNIMPLEMENTED",
     core.CorruptIndexError: "DATA_LOSS",
     core.DatasetUnavailableError: "FAILED_PRECONDITION",
