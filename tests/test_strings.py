@@ -424,3 +424,61 @@ def test_deep_layout_for_long_strings(clustered, tmp_path):
     np.testing.assert_array_equal(CNNEDEncoder.load(tmp_path / "deep").encode(long), x)
     with pytest.raises(errors.InvalidParameterError, match="approx_form"):
         enc.fit(long, approx_form="l1")
+
+
+def test_concurrent_sessions_leave_torch_settings_as_they_found_them():
+    import threading
+
+    import torch
+
+    from simsearch.strings import model as M
+
+    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a():  # enters first, leaves while the main thread's session is still open
+        with M.torch_session(1):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    t = threading.Thread(target=a)
+    t.start()
+    a_in.wait(10)
+    with M.torch_session(1):
+        b_in.set()
+        a_out.wait(10)
+        assert torch.are_deterministic_algorithms_enabled()  # A's exit did not undo ours
+        assert torch.get_num_threads() == 1
+    t.join(10)
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == before
+
+
+def test_string_search_during_removes_never_fails(encoder, clustered):
+    import threading
+
+    idx = StringIndex(encoder, "flat")
+    idx.add(clustered)
+    queries = clustered[:8]
+    failures, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                r = idx.search(queries, 5, n_candidates=len(clustered))
+                assert (r.ids >= -1).all()
+            except Exception as exc:  # a KeyError here was the defect
+                failures.append(exc)
+                return
+
+    ts = [threading.Thread(target=reader) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for i in range(0, len(clustered) - 10, 10):
+        idx.remove(np.arange(i, i + 10))
+    stop.set()
+    for t in ts:
+        t.join(30)
+    assert failures == []
+    with pytest.raises(errors.UnknownIdError):
+        idx.get([0])

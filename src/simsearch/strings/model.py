@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -118,23 +119,43 @@ class CNNEDNet(nn.Module):
         return out if self.prof is None else out + self.prof(profile)
 
 
+# torch's deterministic mode is process-global: concurrent sessions share it, switched on by the
+# first to enter and restored by the last to leave (a save/restore per session interleaves across
+# threads and leaves the application's setting changed). The thread count is per thread (OpenMP),
+# so each session sets and restores its own.
+_session_lock = threading.Lock()
+_session_users = 0
+_saved_deterministic = False
+_rng_lock = threading.Lock()  # the global RNG is forked by one seeded session at a time
+
+
 @contextlib.contextmanager
 def torch_session(n_threads: int, seed: int | None = None) -> Iterator[None]:
     """Deterministic CPU torch for the duration: a fixed thread count, deterministic algorithms,
-    and (with ``seed``) a private RNG stream. The previous global settings are restored after,
-    so the application's own torch configuration is left alone."""
+    and (with ``seed``) a private RNG stream. The previous settings are restored after (the
+    global ones when the last concurrent session ends), so the application's own torch
+    configuration is left alone."""
+    global _session_users, _saved_deterministic
+    with _session_lock:
+        if not _session_users:
+            _saved_deterministic = torch.are_deterministic_algorithms_enabled()
+            torch.use_deterministic_algorithms(True)
+        _session_users += 1
     old_threads = torch.get_num_threads()
-    old_det = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(n_threads)
-    torch.use_deterministic_algorithms(True)
     try:
-        with torch.random.fork_rng(devices=[]):
-            if seed is not None:
-                torch.manual_seed(seed)
+        if seed is None:
             yield
+        else:
+            with _rng_lock, torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                yield
     finally:
         torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
+        with _session_lock:
+            _session_users -= 1
+            if not _session_users:
+                torch.use_deterministic_algorithms(_saved_deterministic)
 
 
 def state_to_numpy(net: nn.Module) -> dict[str, np.ndarray]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError
+from .._rwlock import RWLock
+from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError, UnknownIdError
 from ..index import (
     as_id_array,
     check_int,
@@ -70,7 +70,7 @@ class StringIndex:
         self.index_params = dict(index_params)
         self._vectors = create_index(index, encoder.dim, "l2", **index_params)
         self._strings: dict[int, str] = {}
-        self._lock = threading.RLock()
+        self._lock = RWLock()  # the Index concurrency rule (docs/architecture.md)
 
     def __len__(self) -> int:
         return len(self._strings)
@@ -93,13 +93,13 @@ class StringIndex:
                 raise InvalidParameterError(
                     f"embeddings must have shape ({len(strings)}, {self.encoder.dim}); "
                     f"got {x.shape}")
-        with self._lock:
+        with self._lock.write():
             ids = self._vectors.add(x, ids if ids is None else as_id_array(ids))
             self._strings.update(zip(ids.tolist(), strings, strict=True))
         return ids
 
     def remove(self, ids: Any) -> int:
-        with self._lock:
+        with self._lock.write():
             ids = as_id_array(ids)
             n = self._vectors.remove(ids)
             for i in ids.tolist():
@@ -107,8 +107,14 @@ class StringIndex:
             return n
 
     def get(self, ids: Any) -> list[str]:
-        """The stored strings of ``ids``."""
-        return [self._strings[i] for i in as_id_array(ids).tolist()]
+        """The stored strings of ``ids`` (UnknownIdError for an id not stored)."""
+        ids = as_id_array(ids).tolist()
+        with self._lock.read():
+            missing = [i for i in ids if i not in self._strings]
+            if missing:
+                raise UnknownIdError(
+                    f"ids must be stored; {len(missing)} are not, e.g. id {missing[0]}")
+            return [self._strings[i] for i in ids]
 
     def search(self, queries: list[str], k: int, n_candidates: int | None = None,
                ef: int | None = None, n_threads: int = 1) -> StringSearchResult:
@@ -120,6 +126,10 @@ class StringIndex:
         T = max(T, k)
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         xq = self.encoder.encode(queries)
+        with self._lock.read():  # candidates and their strings from one state of the index
+            return self._search(queries, xq, k, T, ef, n_threads)
+
+    def _search(self, queries, xq, k, T, ef, n_threads) -> StringSearchResult:
         nq = len(queries)
         ids = np.full((nq, k), -1, np.int64)
         dists = np.full((nq, k), PAD_DISTANCE, np.int32)
@@ -148,7 +158,7 @@ class StringIndex:
     def save(self, path: str | os.PathLike) -> None:
         """One checksummed file written atomically: the encoder's weights, the strings (UTF-8
         with offsets), their ids, and the vector index's own file as bytes."""
-        with self._lock:
+        with self._lock.read():
             enc_header, enc_arrays = self.encoder._state()
             ids = np.fromiter(self._strings.keys(), np.int64, count=len(self))
             blobs = [s.encode("utf-8") for s in self._strings.values()]
@@ -182,7 +192,7 @@ class StringIndex:
             obj.encoder = encoder
             obj.index_kind = params.pop("index")
             obj.index_params = params
-            obj._lock = threading.RLock()
+            obj._lock = RWLock()
             with tempfile.TemporaryDirectory() as tmp:
                 vpath = Path(tmp) / "vectors"
                 vpath.write_bytes(arrays["vectors"].tobytes())
