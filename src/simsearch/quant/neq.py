@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass
 
 import faiss
-import numba
 import numpy as np
 
+from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, register
 from . import _kernels as K
@@ -412,12 +412,8 @@ class NEQIndex(Index):
         if n_threads == 1 or q.shape[0] == 1:
             pos, S = one(*args)
         else:
-            old = numba.get_num_threads()
-            numba.set_num_threads(min(K.num_threads(n_threads), numba.config.NUMBA_NUM_THREADS))
-            try:
+            with kernel_threads(n_threads):
                 pos, S = many(*args)
-            finally:
-                numba.set_num_threads(old)
         if rerank:
             valid = pos >= 0
             rows = it.x[np.where(valid, pos, 0)]  # (nq, kk, dim)
