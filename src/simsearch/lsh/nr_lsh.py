@@ -225,7 +225,7 @@ class _RangedLSH(Index):
         self, q: np.ndarray, k: int, n_probe_items: int = 1000, ranking: str = DEFAULT_RANKING,
         n_threads: int = 1, prune: bool = True,
     ) -> SearchResult:  # fmt: skip
-        T = check_int("n_probe_items", n_probe_items, 1)
+        T = min(check_int("n_probe_items", n_probe_items, 1), len(self))  # all items at most
         if not isinstance(prune, (bool, np.bool_)):
             raise InvalidParameterError(f"prune must be True or False; got {prune!r}")
         n_threads = check_int("n_threads", n_threads, -1, 1024)

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
-from ..index import Index, SearchResult, check_int, register
+from ..index import Index, SearchResult, check_int, check_result_size, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -391,7 +391,9 @@ class NEQIndex(Index):
         self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1,
         n_probe: int | None = None,
     ) -> SearchResult:  # fmt: skip
-        rerank = check_int("rerank", rerank, 0)
+        # more candidates than items only costs memory: the cap is the item count
+        rerank = min(check_int("rerank", rerank, 0), len(self))
+        check_result_size(q.shape[0], rerank, "rerank")
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if n_threads == 0:
             raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
