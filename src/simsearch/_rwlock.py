@@ -26,19 +26,14 @@ class RWLock:
         self._waiting_writers = 0
         self._local = threading.local()  # this thread's read depth
 
-    @contextmanager
-    def read(self, deadline: float | None = None):
-        """Hold the read side. ``deadline`` (time.monotonic()) bounds the wait; past it, the
-        constructor's ``timeout_error``."""
+    def acquire_read(self, deadline: float | None = None) -> None:
+        """Take the read side (pair with release_read). ``deadline`` (time.monotonic()) bounds
+        the wait; past it, the constructor's ``timeout_error``."""
         local = self._local
         held = getattr(local, "depth", 0)
         if held or self._writer == threading.get_ident():
             # nested read (or the writer reading): waiting here for a queued writer would deadlock
             local.depth = held + 1
-            try:
-                yield
-            finally:
-                local.depth = held
             return
         with self._cond:
             if self._writer is not None or self._waiting_writers:
@@ -50,14 +45,27 @@ class RWLock:
                     raise self._timeout("the call's deadline passed while a write held the index")
             self._readers += 1
         local.depth = 1
+
+    def release_read(self) -> None:
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        if depth > 1 or (depth == 1 and self._writer == threading.get_ident()):
+            local.depth = depth - 1
+            return
+        local.depth = 0
+        with self._cond:
+            self._readers -= 1
+            if not self._readers and self._waiting_writers:
+                self._cond.notify_all()
+
+    @contextmanager
+    def read(self, deadline: float | None = None):
+        """Hold the read side (see acquire_read)."""
+        self.acquire_read(deadline)
         try:
             yield
         finally:
-            local.depth = 0
-            with self._cond:
-                self._readers -= 1
-                if not self._readers and self._waiting_writers:
-                    self._cond.notify_all()
+            self.release_read()
 
     @contextmanager
     def write(self):

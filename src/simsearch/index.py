@@ -377,7 +377,8 @@ class Index:
             )
         q = as_matrix(q, self.dim, self.metric, "queries")
         check_result_size(q.shape[0], k)
-        with self._lock.read():
+        self._lock.acquire_read()  # not `with`: a search is hot, and this is measurably cheaper
+        try:
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before search()")
             n = len(self)
@@ -385,6 +386,8 @@ class Index:
                 return empty_result(q.shape[0], k, self.metric)
             # work is sized by what exists: k beyond the item count costs only the padding
             return pad_result(self._search(q, min(k, n), **params), k, self.metric)
+        finally:
+            self._lock.release_read()
 
     def remove(self, ids: Any) -> int:
         """Remove the given ids (all must be present). Returns how many were removed."""
