@@ -222,3 +222,32 @@ def test_election_one_leader_then_failover_without_overlap(etcd_server):
             e.close()
         for c in clients:
             c.close()
+
+
+def test_etcd_host_cut_loses_the_lease_then_heals(tmp_path):
+    """etcd on its own simulated host: while its link is down a lease cannot be kept (the holder
+    sees it lost at its local deadline, calls fail with CoordinationError); after the link comes
+    back the same client works again."""
+    from netns import Net, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with Net() as net:
+        host = net.add_host("etcd")
+        server = LocalEtcd(str(tmp_path / "etcd"), host=host.ip, argv_prefix=host.prefix()).start()
+        c = Etcd(server.url, "cut", timeout=1.0)
+        try:
+            lost = threading.Event()
+            lease = c.lease(2, on_lost=lambda reason: lost.set())
+            c.put("k", b"v", lease=lease)
+            host.cut()
+            assert lost.wait(lease.ttl + 5) and not lease.alive()
+            with pytest.raises(CoordinationError):
+                c.get("k")
+            host.heal()
+            assert retry(lambda: c.put("after", b"1")) > 0
+            assert retry(lambda: c.get("after"))[0] == b"1"
+        finally:
+            c.close()
+            server.stop()
