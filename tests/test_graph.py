@@ -287,5 +287,5 @@ def test_bad_parameters():
         idx.search(q, 5, angular_ef=0)
     with pytest.raises(errors.InvalidParameterError, match="n_threads"):
         idx.search(q, 5, n_threads=-2)
-    with pytest.raises(TypeError, match="stats"):
+    with pytest.raises(errors.InvalidParameterError, match="stats"):
         idx.search(q, 5, stats=[])

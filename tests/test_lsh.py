@@ -300,3 +300,30 @@ def test_shifted_beats_plain(nr, data):
     r = {rk: recall(nr.search(data[1], K10, n_probe_items=800, ranking=rk), data)
          for rk in RANKINGS}  # fmt: skip
     assert r["shifted"] >= r["plain"] + 0.05, r  # observed shifted 1.0, plain 0.89
+
+
+def test_kernel_thread_limit_reaches_other_threads():
+    """numba's thread count is per thread; the process-wide width must apply in worker threads
+    (a server's calls run there), and per-call n_threads may not exceed it."""
+    import threading
+
+    import numba
+
+    from simsearch._numba_util import kernel_threads, kernel_width, set_kernel_threads
+
+    old = set_kernel_threads(1)
+    try:
+        seen = []
+
+        def worker():
+            with kernel_threads(-1) as width:
+                seen.append((width, numba.get_num_threads()))
+            seen.append(kernel_width(64))
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join(10)
+        assert seen == [(1, 1), 1]
+    finally:
+        set_kernel_threads(old)
+    assert kernel_width(-1) == (numba.config.NUMBA_NUM_THREADS if old is None else old)

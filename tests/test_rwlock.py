@@ -112,6 +112,6 @@ def test_k_beyond_n_pads_and_huge_results_are_refused(monkeypatch):
     assert (r.ids[:, :100] >= 0).all() and (r.ids[:, 100:] == -1).all()
     assert np.isneginf(r.scores[:, 100:]).all()
     monkeypatch.setattr(index_mod, "MAX_RESULT_ENTRIES", 1000)
-    with pytest.raises(InvalidParameterError, match="at most 1000 results"):
+    with pytest.raises(InvalidParameterError, match="at most 1000 entries"):
         idx.search(np.zeros((11, 8), np.float32), 100)
     assert idx.search(np.zeros((10, 8), np.float32), 100).ids.shape == (10, 100)

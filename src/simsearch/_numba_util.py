@@ -1,7 +1,13 @@
-"""Numba helpers shared by the kernels of several indexes."""
+"""Numba helpers shared by the kernels of several indexes, and the one place that sets how many
+threads a parallel kernel uses."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+
+import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -39,3 +45,40 @@ def prefetch(typingctx, arr, i, j):
         return context.get_dummy_value()
 
     return types.void(arr, i, j), codegen
+
+
+# numba's thread count is per thread: a limit set on the main thread does not reach a server's
+# worker threads. So the process-wide width lives here and every parallel kernel call applies it
+# in its own thread through kernel_threads(). SIMSEARCH_NUM_THREADS sets it at start-up.
+_width: int | None = int(os.environ["SIMSEARCH_NUM_THREADS"]) if os.environ.get(
+    "SIMSEARCH_NUM_THREADS") else None
+
+
+def set_kernel_threads(n: int | None) -> int | None:
+    """Set the process-wide width of parallel kernels (None: all of numba's threads); returns
+    the previous setting."""
+    global _width
+    old, _width = _width, (None if n is None else max(1, int(n)))
+    return old
+
+
+def kernel_width(n_threads: int | None = None) -> int:
+    """Threads a parallel kernel may use: ``n_threads`` (-1 or None: as many as allowed),
+    capped by the process-wide width and by numba's pool."""
+    cap = numba.config.NUMBA_NUM_THREADS if _width is None else min(
+        _width, numba.config.NUMBA_NUM_THREADS)
+    if n_threads is None or n_threads == -1:
+        return cap
+    return max(1, min(int(n_threads), cap))
+
+
+@contextlib.contextmanager
+def kernel_threads(n_threads: int | None = None) -> Iterator[int]:
+    """Run parallel kernels in this thread at ``kernel_width(n_threads)``; yields the width."""
+    width = kernel_width(n_threads)
+    old = numba.get_num_threads()
+    numba.set_num_threads(width)
+    try:
+        yield width
+    finally:
+        numba.set_num_threads(old)

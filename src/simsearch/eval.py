@@ -87,8 +87,11 @@ def thread_limit(n: int | None) -> Iterator[None]:
     try:
         import numba
 
+        from ._numba_util import set_kernel_threads
+
         old_numba = numba.get_num_threads()
         numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        old_width = set_kernel_threads(n)  # reaches the kernels run in other threads too
     except Exception:  # numba absent or threading layer unavailable
         numba, old_numba = None, None
     faiss.omp_set_num_threads(n)
@@ -99,6 +102,7 @@ def thread_limit(n: int | None) -> Iterator[None]:
         faiss.omp_set_num_threads(old_faiss)
         if numba is not None:
             numba.set_num_threads(old_numba)
+            set_kernel_threads(old_width)
 
 
 def best_time(fn: Callable[[], object], repeats: int = 3, min_seconds: float = 0.0) -> float:

@@ -111,6 +111,7 @@ class HNSWIndex(Index):
         self, q: np.ndarray, k: int, ef: int | None = None, n_threads: int = 1
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
+        ef = min(ef, max(len(self), k))  # a beam wider than the graph finds nothing more
         if n_threads != 1:
             n_threads = check_int("n_threads", n_threads, -1, 1024)
         kk = min(k, len(self))

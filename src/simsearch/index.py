@@ -107,12 +107,13 @@ def check_k(k: Any) -> int:
     return check_int("k", k, 1, MAX_K)
 
 
-def check_result_size(nq: int, k: int) -> None:
-    """Refuse a search whose (nq, k) result exceeds MAX_RESULT_ENTRIES, before allocating it."""
+def check_result_size(nq: int, k: int, what: str = "k") -> None:
+    """Refuse a search whose (nq, k) result, or (nq, candidates) working set, exceeds
+    MAX_RESULT_ENTRIES, before allocating it. ``what`` names the per-query count."""
     if nq * k > MAX_RESULT_ENTRIES:
         raise InvalidParameterError(
-            f"a search may return at most {MAX_RESULT_ENTRIES} results (queries x k); got "
-            f"{nq} queries x k={k} = {nq * k}: lower k or send fewer queries per call "
+            f"a search may hold at most {MAX_RESULT_ENTRIES} entries (queries x {what}); got "
+            f"{nq} queries x {what}={k} = {nq * k}: lower {what} or send fewer queries per call "
             "(limit: SIMSEARCH_MAX_RESULT_ENTRIES)"
         )
 

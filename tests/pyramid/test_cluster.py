@@ -16,6 +16,7 @@ from simsearch.datasets import synthetic_longtail  # noqa: E402
 from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
 from simsearch.pyramid.cluster import open_router  # noqa: E402
+from simsearch.service.errors import ServiceUnavailableError  # noqa: E402
 
 DIM, K = 16, 10
 PARAMS = dict(n_centers=24, n_partitions=3, mips_replicas=30, sub_index="flat")
@@ -97,7 +98,7 @@ def test_partial_results_and_complete_required(cluster_factory, data):
     time.sleep(1.0)
     r = col.search(queries, K, branching=24, require_complete=False)
     assert 0 < r.coverage < 1 and (r.ids >= 0).any()
-    with pytest.raises(Exception, match="replica"):
+    with pytest.raises(ServiceUnavailableError, match="replica"):
         col.search(queries, K, branching=24)
 
 

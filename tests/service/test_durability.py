@@ -208,3 +208,21 @@ def test_unapplied_write_when_log_fails(tmp_path, monkeypatch):
     col.add(x[2:])
     store.close()
     assert len(Store(tmp_path).get("c").index) == 4
+
+
+@pytest.mark.parametrize("garbage", [b"{not json", b"[1, 2]", b'{"dim": "x"}', b""])
+def test_a_corrupt_collection_json_damages_only_its_collection(tmp_path, garbage):
+    x = np.random.default_rng(1).standard_normal((5, DIM)).astype(np.float32)
+    store = Store(tmp_path)
+    store.create("bad", DIM, "l2", "flat", {}).add(x)
+    store.create("good", DIM, "l2", "flat", {}).add(x)
+    store.close()
+    (tmp_path / "collections" / "bad" / "collection.json").write_bytes(garbage)
+    store = Store(tmp_path)  # the node still starts
+    assert store.names() == ["bad", "good"]
+    np.testing.assert_array_equal(store.get("good").search(x, 1, {}).ids[:, 0], np.arange(5))
+    with pytest.raises(DataLossError, match="unreadable collection.json"):
+        store.get("bad").describe()
+    with pytest.raises(DataLossError):
+        store.get("bad").search(x, 1, {})
+    store.close()

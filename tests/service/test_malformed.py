@@ -31,7 +31,9 @@ IA, NF, AE = "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS"
 @pytest.fixture(scope="module")
 def node(shared_server, shared_client):
     name = unique_name("fuzz")
-    col = shared_client.create_collection(name, DIM, "cosine", "flat")
+    # hnsw, not flat: a search parameter of the wrong type must reach the index's type check
+    # (flat takes no parameters, so it would refuse every one by name)
+    col = shared_client.create_collection(name, DIM, "cosine", "hnsw", M=8, ef_construction=32)
     col.add(np.random.default_rng(0).standard_normal((50, DIM)), ids=np.arange(50))
     channel = grpc.insecure_channel(shared_server.address)
     yield pb_grpc.SimSearchStub(channel), name, shared_client
@@ -94,8 +96,17 @@ def bad_search(draw):
     elif kind == "unknown_param":
         req.params_json = json.dumps({draw(st.text(min_size=1, max_size=8)): 1})
     elif kind == "param_type":
-        req.params_json = json.dumps({"ef": draw(st.sampled_from([1.5, "x", [1], None]))})
+        req.params_json = json.dumps({"ef": draw(st.sampled_from([1.5, "x", [1], 0, -3]))})
     return req, IA
+
+
+def test_a_mistyped_parameter_reaches_the_type_check(node):
+    stub, name, _ = node
+    req = pb.SearchRequest(collection=name, queries=_matrix(0, 2, DIM), k=3,
+                           params_json=json.dumps({"ef": "x"}))
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.Search(req, timeout=10)
+    assert ei.value.code().name == IA and "ef must be an integer" in ei.value.details()
 
 
 @st.composite

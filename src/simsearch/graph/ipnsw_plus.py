@@ -16,6 +16,7 @@ from typing import Any
 import hnswlib
 import numpy as np
 
+from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, register
 from . import _kernels as K
 
@@ -350,10 +351,13 @@ class IPNSWPlus(Index):
         stats: dict | None = None,
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
+        ef = min(ef, max(len(self), k))  # a beam wider than the graph finds nothing more
         angular_ef = check_int("angular_ef", angular_ef, 1, 1 << 16)
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if stats is not None and not isinstance(stats, dict):
-            raise TypeError(f"stats must be a dict or None; got {type(stats).__name__}")
+            raise InvalidParameterError(
+                f"stats must be a dict (filled with the search's counters) or None; got "
+                f"{type(stats).__name__}")
         threads = min(_resolve_threads(n_threads if n_threads else 1), q.shape[0])
         # links first: _grow publishes them last, so the vectors read next are as new
         links, degree = self._links, self._degree

@@ -46,9 +46,9 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 
+from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, register
 from . import _kernels as K
@@ -149,7 +149,8 @@ class _RangedLSH(Index):
     def _hash(self, x: np.ndarray, norms: np.ndarray, U_item: np.ndarray) -> np.ndarray:
         U_item = np.maximum(U_item.astype(np.float64), _TINY)
         rel = np.minimum(norms.astype(np.float64) / U_item, 1.0)
-        return K.hash_items(x, 1.0 / U_item, np.sqrt(1.0 - rel * rel), self._projT)
+        with kernel_threads():
+            return K.hash_items(x, 1.0 / U_item, np.sqrt(1.0 - rel * rel), self._projT)
 
     def _cut(self, norms: np.ndarray) -> np.ndarray:
         """Lower norm edges of ranges 1..m-1 so the ranges hold equal counts."""
@@ -224,7 +225,7 @@ class _RangedLSH(Index):
         self, q: np.ndarray, k: int, n_probe_items: int = 1000, ranking: str = DEFAULT_RANKING,
         n_threads: int = 1, prune: bool = True,
     ) -> SearchResult:  # fmt: skip
-        T = check_int("n_probe_items", n_probe_items, 1)
+        T = min(check_int("n_probe_items", n_probe_items, 1), len(self))  # all items at most
         if not isinstance(prune, (bool, np.bool_)):
             raise InvalidParameterError(f"prune must be True or False; got {prune!r}")
         n_threads = check_int("n_threads", n_threads, -1, 1024)
@@ -234,14 +235,8 @@ class _RangedLSH(Index):
         if n_threads == 1 or q.shape[0] == 1:
             ids, S, probed, nb = K.search_batch(*args)
         else:
-            nt = numba.config.NUMBA_NUM_THREADS if n_threads == -1 else n_threads
-            nt = min(nt, numba.config.NUMBA_NUM_THREADS)
-            old = numba.get_num_threads()
-            numba.set_num_threads(nt)
-            try:
+            with kernel_threads(n_threads) as nt:
                 ids, S, probed, nb = K.search_batch_parallel(*args, nt)
-            finally:
-                numba.set_num_threads(old)
         return LSHSearchResult(
             ids, S, {"probed_items": int(probed.sum()), "probed_buckets": int(nb.sum())}
         )

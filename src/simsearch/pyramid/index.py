@@ -532,8 +532,9 @@ class PyramidIndex(Index):
         shares = self.route_shares(q, branching, meta_ef)
         hit = self._widen_small(shares > 0, k)
         ef = sub_params.get("ef")
+        if ef is not None:  # checked here: the parts' calls convert it
+            ef = sub_params["ef"] = check_int("ef", ef, 1, 1 << 20)
         if part_effort == "share" and ef is not None and "ef" in self._sub_search:
-            ef = check_int("ef", ef, 1, 1 << 20)
             levels = self.effort_levels(shares, hit)
             floor = k if min_ef is None else min_ef
             ef_of = {j: max(floor, -(-ef // (1 << j))) for j in range(4)}

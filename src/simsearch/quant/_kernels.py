@@ -3,7 +3,6 @@ entries and keep the top k in a bounded min-heap."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit, prange
 
@@ -163,6 +162,3 @@ def kmeans_1d(values_sorted, centroids, n_iter):
             break
     return c
 
-
-def num_threads(n_threads: int) -> int:
-    return numba.config.NUMBA_NUM_THREADS if n_threads == -1 else n_threads

@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass
 
 import faiss
-import numba
 import numpy as np
 
+from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
-from ..index import Index, SearchResult, check_int, register
+from ..index import Index, SearchResult, check_int, check_result_size, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -391,7 +391,9 @@ class NEQIndex(Index):
         self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1,
         n_probe: int | None = None,
     ) -> SearchResult:  # fmt: skip
-        rerank = check_int("rerank", rerank, 0)
+        # more candidates than items only costs memory: the cap is the item count
+        rerank = min(check_int("rerank", rerank, 0), len(self))
+        check_result_size(q.shape[0], rerank, "rerank")
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if n_threads == 0:
             raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
@@ -412,12 +414,8 @@ class NEQIndex(Index):
         if n_threads == 1 or q.shape[0] == 1:
             pos, S = one(*args)
         else:
-            old = numba.get_num_threads()
-            numba.set_num_threads(min(K.num_threads(n_threads), numba.config.NUMBA_NUM_THREADS))
-            try:
+            with kernel_threads(n_threads):
                 pos, S = many(*args)
-            finally:
-                numba.set_num_threads(old)
         if rerank:
             valid = pos >= 0
             rows = it.x[np.where(valid, pos, 0)]  # (nq, kk, dim)

@@ -146,6 +146,20 @@ def _apply(index: Index, rec: walmod.Record) -> None:
         raise ValueError(f"unknown log op {rec.op}")
 
 
+def _read_config(path: Path) -> dict:
+    """A collection's collection.json, checked: ValueError if it is not one."""
+    config = json.loads(path.read_text())
+    if not (
+        isinstance(config, dict)
+        and isinstance(config.get("dim"), int)
+        and isinstance(config.get("metric"), str)
+        and isinstance(config.get("kind"), str)
+        and isinstance(config.get("params"), dict)
+    ):
+        raise ValueError(f"{path} is not a collection config (dim, metric, kind, params)")
+    return config
+
+
 class Collection:
     """One named index with its log. Thread-safe."""
 
@@ -153,13 +167,18 @@ class Collection:
         self.name = name
         self.path = path
         self.snapshot_wal_bytes = snapshot_wal_bytes
-        self.config = json.loads((path / "collection.json").read_text())
         self.index: Index | None = None
         self.damaged: str | None = None  # why the collection cannot be served (DATA_LOSS)
         self.generation = 0
         self._wal: WriteAheadLog | None = None
         self._writer = threading.Lock()  # one write at a time, including its fsync
         self._rw = RWLock(DeadlineExceededError)  # searches share; applying a write is exclusive
+        try:
+            self.config = _read_config(path / "collection.json")
+        except (OSError, ValueError) as exc:  # this collection is lost, the node's others serve
+            self.config = {}
+            self._mark_damaged(f"collection {name!r} has an unreadable collection.json", exc)
+            return
         self.recover()
 
     # -- recovery ---------------------------------------------------------------------------
@@ -216,6 +235,7 @@ class Collection:
     # -- reads ------------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
+        index = self._index()  # DataLossError for a damaged collection
         c = self.config
         out = {
             "name": self.name,
@@ -224,7 +244,6 @@ class Collection:
             "kind": c["kind"],
             "params": c["params"],
         }
-        index = self._index()
         out.update(
             count=len(index),
             trained=index.is_trained,
