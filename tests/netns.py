@@ -51,7 +51,7 @@ def skip_reason() -> str | None:
     if sys.platform != "linux":
         reason = f"network namespaces need Linux (this is {sys.platform})"
     elif os.geteuid() != 0:
-        reason = "network namespaces need root (CI runs as root; run as root to include these tests)"
+        reason = "network namespaces need root (CI runs as root; run as root to include these)"
     elif shutil.which("ip") is None:
         reason = "the `ip` command (iproute2) is not installed"
     else:
@@ -109,7 +109,8 @@ class Host:
 
     def exec(self, argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess:
         """Run ``argv`` inside the namespace to completion."""
-        return subprocess.run([*self.prefix(), *argv], capture_output=True, text=True, timeout=timeout)
+        argv = [*self.prefix(), *argv]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
     def cut(self) -> None:
         """Take this host's link down: nothing in or out (its processes keep running)."""

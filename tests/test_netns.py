@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from netns import Net, skip_reason, tcp_probe
 
 _reason = skip_reason()
