@@ -139,3 +139,33 @@ def test_size_limit_load_shedding_deadline_shutdown(server_factory, data):
 
     server.restart()  # everything acknowledged is back
     assert len(server.client(timeout=30).collection("big")) == len(data)
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
+
+
+def test_a_small_request_cannot_ask_for_a_huge_answer(server_factory):
+    """The issue's case: 5,000 queries x k = 100,000 on a 100-item collection, a request of
+    ~1 MB whose padded answer would be ~6 GB. Refused before anything is allocated."""
+    server = server_factory()
+    client = server.client(timeout=30)
+    col = client.create_collection("small", 16, "l2", "hnsw")
+    col.add(np.random.default_rng(0).standard_normal((100, 16)).astype(np.float32))
+    stub = pb_grpc.SimSearchStub(grpc.insecure_channel(server.address))
+    q = np.random.default_rng(1).standard_normal((5000, 16)).astype(np.float32)
+    before = _rss_mib(server.proc.pid)
+    for k in (100_000, 50_000):
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.Search(pb.SearchRequest(collection="small", queries=convert.to_matrix(q), k=k),
+                        timeout=30)
+        assert ei.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                   grpc.StatusCode.INVALID_ARGUMENT), ei.value.details()
+    assert _rss_mib(server.proc.pid) - before < 100  # a padded answer would be gigabytes
+    assert server.proc.poll() is None
+    # in process the same search is an InvalidParameterError naming the limit
+    local = ss.HNSWIndex(16, "l2")
+    local.add(np.zeros((100, 16), np.float32) + np.arange(100)[:, None])
+    with pytest.raises(ss.errors.InvalidParameterError, match="SIMSEARCH_MAX_RESULT_ENTRIES"):
+        local.search(q, 100_000)
