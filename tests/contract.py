@@ -31,6 +31,8 @@ class Case:
 
 CASES = [
     Case("flat", lambda d, m, x: ss.FlatIndex(d, m), exact=True, min_recall=1.0),
+    Case("norm-scan", lambda d, m, x: ss.NormScanIndex(d, m), metrics=("ip",), exact=True,
+         min_recall=1.0),
     # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64
     Case(
         "hnsw",

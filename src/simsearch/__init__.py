@@ -4,6 +4,7 @@ from . import errors
 from .flat import FlatIndex
 from .hnsw import HNSWIndex
 from .index import Index, SearchResult, create_index, index_kinds, load
+from .normscan import NormScanIndex
 from .service.client import connect  # imports grpc only when called
 
 __version__ = "0.1.0"
@@ -12,6 +13,7 @@ __all__ = [
     "FlatIndex",
     "HNSWIndex",
     "Index",
+    "NormScanIndex",
     "SearchResult",
     "connect",
     "create_index",

@@ -66,3 +66,65 @@ def topk_rows(scores, k, sign, tiebreak):
             hv[0], ht[0], hp[0] = hv[size], ht[size], hp[size]
             _sift_down(hv, ht, hp, 0, size)
     return pos, out
+
+
+@njit(cache=True, inline="always")
+def _sift2(hv, ht, i, size):
+    """Restore a worst-at-root heap of (score, id) below position i."""
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            return
+        if c + 1 < size and _worse(hv[c + 1], ht[c + 1], hv[c], ht[c]):
+            c += 1
+        if not _worse(hv[c], ht[c], hv[i], ht[i]):
+            return
+        hv[i], hv[c] = hv[c], hv[i]
+        ht[i], ht[c] = ht[c], ht[i]
+        i = c
+
+
+@njit(cache=True)
+def heap_push_block(scores, ids, rows, heap_s, heap_i, sizes):
+    """Fold a block of scores (a, b) of items ``ids`` (b,) into the top-k heaps of queries
+    ``rows`` (a,): heap_s/heap_i (nq, k) worst-at-root, ties to the smaller id; sizes (nq,)."""
+    k = heap_s.shape[1]
+    for r in range(scores.shape[0]):
+        q = rows[r]
+        hv = heap_s[q]
+        ht = heap_i[q]
+        size = sizes[q]
+        for j in range(scores.shape[1]):
+            v = scores[r, j]
+            if size < k:
+                pos = size  # sift the new item up
+                size += 1
+                while pos > 0:
+                    parent = (pos - 1) // 2
+                    if not _worse(v, ids[j], hv[parent], ht[parent]):
+                        break
+                    hv[pos], ht[pos] = hv[parent], ht[parent]
+                    pos = parent
+                hv[pos], ht[pos] = v, ids[j]
+            elif v >= hv[0]:  # most items fail this and cost one compare
+                if v > hv[0] or ids[j] < ht[0]:
+                    hv[0], ht[0] = v, ids[j]
+                    _sift2(hv, ht, 0, k)
+        sizes[q] = size
+
+
+@njit(cache=True)
+def heap_finish(heap_s, heap_i, sizes):
+    """Turn the heaps into best-first rows, padded with -1 / -inf (in place)."""
+    for q in range(heap_s.shape[0]):
+        hv = heap_s[q]
+        ht = heap_i[q]
+        size = sizes[q]
+        for slot in range(size - 1, -1, -1):
+            v, t = hv[0], ht[0]
+            size_left = slot
+            hv[0], ht[0] = hv[size_left], ht[size_left]
+            _sift2(hv, ht, 0, size_left)
+            hv[slot], ht[slot] = v, t
+        for slot in range(sizes[q], heap_s.shape[1]):
+            hv[slot], ht[slot] = -np.inf, -1

@@ -244,6 +244,7 @@ _REGISTRY: dict[str, type[Index]] = {}
 # Kinds that register on import; later index modules add one line here so load() can find them.
 _KIND_MODULES = {
     "flat": "simsearch.flat",
+    "norm-scan": "simsearch.normscan",
     "hnsw": "simsearch.hnsw",
     "nr-lsh": "simsearch.lsh",
     "simple-lsh": "simsearch.lsh",

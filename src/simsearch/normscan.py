@@ -1,0 +1,104 @@
+"""NormScanIndex: exact maximum inner product search by scanning items in order of decreasing norm,
+stopping each query as soon as no unscanned item can beat its k-th best.
+
+For a query q and an item x, q·x <= |q| |x| (Cauchy–Schwarz). Items are kept sorted by |x|, largest
+first; after a block, a query whose k-th best score is above |q| times the largest norm not yet
+scanned has its exact answer. On data whose norms have a long tail (recommender embeddings, the
+MIPS benchmarks) that happens after a few percent of the items, and a batch of queries needs one
+matrix product per block for the queries still active. ``max_items`` bounds the scan per call for
+an approximate answer (the norm-first scan of docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._kernels import heap_finish, heap_push_block
+from .index import Index, SearchResult, as_matrix, check_int, check_k, register
+
+_FIRST_BLOCK = 256  # blocks double up to _MAX_BLOCK: early stops stay cheap, late ones few calls
+_MAX_BLOCK = 16384
+
+
+@register("norm-scan")
+class NormScanIndex(Index):
+    """Exact MIPS by a norm-ordered scan with a Cauchy–Schwarz stop (metric "ip" only).
+
+    Search parameter: ``max_items`` (scan at most this many items, largest norms first; default
+    all, and then the answer equals FlatIndex's, ties to the smaller id). ``scan_fraction(q, k)``
+    tells how much of the data a search reads before it can stop.
+    """
+
+    metrics = ("ip",)
+    search_params = frozenset({"max_items"})
+
+    def __init__(self, dim: int, metric: str = "ip"):
+        super().__init__(dim, metric)
+        self._x = np.empty((0, dim), np.float32)
+        self._ids = np.empty(0, np.int64)
+        self._norms = np.empty(0, np.float32)
+
+    def _store(self, x: np.ndarray, ids: np.ndarray) -> None:
+        norms = np.linalg.norm(x, axis=1).astype(np.float32)
+        order = np.lexsort((ids, -norms))  # largest norm first; equal norms by id
+        self._x = np.ascontiguousarray(x[order])
+        self._ids = ids[order]
+        self._norms = norms[order]
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        self._store(np.concatenate([self._x, x]), np.concatenate([self._ids, ids]))
+
+    def _remove(self, ids: np.ndarray) -> None:
+        keep = ~np.isin(self._ids, ids)
+        self._x, self._ids, self._norms = self._x[keep], self._ids[keep], self._norms[keep]
+
+    def _search(self, q: np.ndarray, k: int, max_items: int | None = None) -> SearchResult:
+        return self._scan(q, k, max_items)[0]
+
+    def scan_fraction(self, q: Any, k: int, max_items: int | None = None) -> float:
+        """The fraction of the items a search of q scans before every query stops (a measure
+        of how much the norm tail helps on this data)."""
+        q = as_matrix(q, self.dim, self.metric, "queries")
+        with self._lock.read():
+            n = len(self)
+            if not n or not q.shape[0]:
+                return 0.0
+            _, scanned = self._scan(q, min(check_k(k), n), max_items)
+            return float(scanned.mean() / n)
+
+    def _scan(self, q: np.ndarray, k: int, max_items: int | None):
+        """(result, items scanned per query)."""
+        x, ids, norms = self._x, self._ids, self._norms
+        n = x.shape[0]
+        budget = n if max_items is None else min(check_int("max_items", max_items, 1), n)
+        nq = q.shape[0]
+        heap_s = np.full((nq, k), -np.inf, np.float32)
+        heap_i = np.full((nq, k), -1, np.int64)
+        sizes = np.zeros(nq, np.int64)
+        scanned = np.zeros(nq, np.int64)
+        qn = np.linalg.norm(q, axis=1).astype(np.float32)
+        active = np.arange(nq, dtype=np.int64)
+        start, block = 0, _FIRST_BLOCK
+        while start < budget and active.size:
+            end = min(start + block, budget)
+            qa = q if active.size == nq else q[active]
+            heap_push_block(qa @ x[start:end].T, ids[start:end], active, heap_s, heap_i, sizes)
+            scanned[active] = end
+            if end < budget:
+                # the best any unscanned item can score is |q| * (largest norm left); a full heap
+                # whose worst is strictly above it is final (strict: a tie could be a smaller id)
+                full = sizes[active] == k
+                done = full & (heap_s[active, 0] > qn[active] * norms[end])
+                if done.any():
+                    active = active[~done]
+            start, block = end, min(2 * block, _MAX_BLOCK)
+        heap_finish(heap_s, heap_i, sizes)
+        return SearchResult(heap_i, heap_s), scanned
+
+    def _get_state(self):
+        return {}, {"x": self._x, "ids": self._ids}
+
+    def _set_state(self, meta, arrays):
+        self._store(np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64))
