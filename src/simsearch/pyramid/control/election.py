@@ -173,8 +173,11 @@ class Election:
             self._notify_lost(reason)
         self._wake.set()
 
-    def _on_lease_lost(self, reason: str) -> None:
-        self._step_down(f"lease lost: {reason}")
+    def _on_lease_lost(self, lease: Lease, reason: str) -> None:
+        with self._lock:
+            current = self._lease is lease
+        if current:  # a late callback of an older lease must not end the current term
+            self._step_down(f"lease lost: {reason}")
 
     def _on_events(self, events: list[WatchEvent]) -> None:
         for ev in events:
@@ -229,7 +232,17 @@ class Election:
                 if lease is None or not lease.alive():
                     if lease is not None:
                         self._step_down("lease lost")
-                    lease = self.etcd.lease(self.ttl, on_lost=self._on_lease_lost)
+                        # etcd may still hold it (we lost contact, not the lease): revoking
+                        # frees our stale leader key now instead of after the TTL
+                        try:
+                            lease.revoke()
+                        except CoordinationError as exc:
+                            log.info("election %s: old lease not revoked (%s)", self.candidate, exc)
+                        with self._lock:
+                            if self._lease is lease:
+                                self._lease = None
+                    lease = self.etcd.lease(self.ttl)
+                    lease._on_lost = lambda reason, lease=lease: self._on_lease_lost(lease, reason)
                     with self._lock:
                         if not self._campaigning:
                             lease.revoke()
