@@ -118,3 +118,36 @@ def test_retraining_a_filled_index_refuses_and_keeps_its_items(kind):
     idx.train(x[::-1])
     idx.add(x[:100])
     assert len(idx) == 100 and (idx.search(x[:5], 3).ids >= 0).all()
+
+
+def test_hnsw_reuses_removed_slots_under_churn(tmp_path):
+    """Memory follows the live item count: adds take over the slots of removed items (the soak
+    found the graph growing with every add ever made)."""
+    rng = np.random.default_rng(11)
+    idx = ss.HNSWIndex(16, "l2", M=8, ef_construction=64, capacity=256)
+    live = list(range(500))
+    idx.add(rng.standard_normal((500, 16)).astype(np.float32), np.arange(500))
+    nxt = 500
+    for _ in range(20):  # remove 100, add 100 new: 2,500 adds into a 500-item index
+        gone, live = live[:100], live[100:]
+        idx.remove(gone)
+        new = np.arange(nxt, nxt + 100)
+        idx.add(rng.standard_normal((100, 16)).astype(np.float32), new)
+        live += new.tolist()
+        nxt += 100
+    assert len(idx) == 500
+    assert idx._hnsw.max_elements <= 512  # never grew past the live count's doubling
+    # a removed id comes back, with its new vector, found by itself
+    v = rng.standard_normal((1, 16)).astype(np.float32)
+    idx.remove([live[0]])
+    idx.add(v, [live[0]])
+    assert idx.search(v, 1, ef=64).ids[0, 0] == live[0]
+    idx.save(tmp_path / "h.idx")
+    back = ss.load(tmp_path / "h.idx")
+    back.remove(live[1:101])
+    back.add(rng.standard_normal((100, 16)).astype(np.float32), np.arange(nxt, nxt + 100))
+    assert len(back) == 500 and back._hnsw.max_elements <= 512
+    x_all = rng.standard_normal((50, 16)).astype(np.float32)
+    r = back.search(x_all, 10, ef=128)
+    now_live = np.array([live[0], *live[101:], *range(nxt, nxt + 100)])
+    assert (r.ids >= 0).all() and np.isin(r.ids, now_live).all()

@@ -58,8 +58,9 @@ class HNSWIndex(Index):
 
     Search parameters: ``ef`` (beam width, default max(k, 64); raised to k when smaller) and
     ``n_threads`` (default 1: per-query paths and servers run single-threaded; pass -1 for all
-    cores on large batches). remove() marks items deleted (hnswlib deletion marks); their slots
-    are not reused, and a removed id may be added again.
+    cores on large batches). remove() marks items deleted (hnswlib deletion marks) and later adds
+    take over their slots, so memory follows the live item count, not the number of adds ever
+    made (docs/bench-service.md, "Soak"); a removed id may be added again.
     """
 
     search_params = frozenset({"ef", "n_threads"})
@@ -89,23 +90,41 @@ class HNSWIndex(Index):
         )
         self._hnsw = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)
         self._hnsw.init_index(
-            max_elements=capacity, M=M, ef_construction=ef_construction, random_seed=seed
+            max_elements=capacity, M=M, ef_construction=ef_construction, random_seed=seed,
+            allow_replace_deleted=True,
         )
         self._gate = _EfGate(self._hnsw)
-        self._removed: set[int] = set()  # labels marked deleted, kept so re-adds can unmark
+        self._deleted = 0  # slots marked deleted and not yet taken over
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        need = self._hnsw.element_count + x.shape[0]
+        fresh = np.ones(ids.size, bool)
+        if self._deleted:
+            # an id removed earlier may still hold its (deleted) slot: bring it back in place.
+            # (hnswlib loses track of a label re-added with replace_deleted, so not that way)
+            for r, label in enumerate(ids.tolist()):
+                try:
+                    self._hnsw.unmark_deleted(label)
+                except RuntimeError:  # not there: its slot was taken over, or it never was
+                    continue
+                self._deleted -= 1
+                fresh[r] = False
+            if not fresh.all():
+                self._hnsw.add_items(x[~fresh], ids[~fresh], num_threads=1)  # an update
+                x, ids = x[fresh], ids[fresh]
+        if not ids.size:
+            return
+        reuse = min(self._deleted, ids.size)  # deleted slots the new items take over
+        need = self._hnsw.element_count + ids.size - reuse
         cap = self._hnsw.max_elements
         if need > cap:
             self._hnsw.resize_index(max(need, 2 * cap))
-        self._hnsw.add_items(x, ids, num_threads=self._params["n_threads"])
-        self._removed.difference_update(ids.tolist())
+        self._hnsw.add_items(x, ids, num_threads=self._params["n_threads"], replace_deleted=True)
+        self._deleted -= reuse
 
     def _remove(self, ids: np.ndarray) -> None:
         for label in ids.tolist():
             self._hnsw.mark_deleted(label)
-        self._removed.update(ids.tolist())
+        self._deleted += ids.size
 
     def _search(
         self, q: np.ndarray, k: int, ef: int | None = None, n_threads: int = 1
@@ -162,9 +181,8 @@ class HNSWIndex(Index):
             blob = np.fromfile(tmp, dtype=np.uint8)
         finally:
             os.unlink(tmp)
-        return {"capacity": int(self._hnsw.max_elements)}, {
-            "hnswlib": blob,
-            "removed": np.array(sorted(self._removed), np.int64),
+        return {"capacity": int(self._hnsw.max_elements), "deleted": self._deleted}, {
+            "hnswlib": blob
         }
 
     def _set_state(self, meta, arrays):
@@ -173,8 +191,11 @@ class HNSWIndex(Index):
         try:
             arrays["hnswlib"].tofile(tmp)
             self._hnsw = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)
-            self._hnsw.load_index(tmp, max_elements=int(meta["capacity"]))
+            self._hnsw.load_index(
+                tmp, max_elements=int(meta["capacity"]), allow_replace_deleted=True
+            )
         finally:
             os.unlink(tmp)
         self._gate = _EfGate(self._hnsw)
-        self._removed = set(arrays["removed"].tolist())
+        # files written before slots were reused list their removed labels instead of a count
+        self._deleted = int(meta.get("deleted", len(arrays.get("removed", ()))))
