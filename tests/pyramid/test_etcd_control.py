@@ -197,7 +197,7 @@ def test_election_one_leader_then_failover_without_overlap(etcd_server):
         t0 = time.monotonic()
         assert wait_for(elections[new].is_leader, timeout=4 * 2.0)
         took = time.monotonic() - t0
-        assert took < 2 * old_lease.ttl + 1.0, took  # within about 2 x TTL (generous)
+        assert took < 2 * old_lease.ttl + 2.0, took  # within about 2 x TTL (generous)
         # the old leader stopped before the new one started: its deadline passed first
         assert not elections[old].is_leader()
         assert old_lease.deadline() <= elections[new].elected_at

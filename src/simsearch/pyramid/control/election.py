@@ -60,6 +60,7 @@ class Election:
         self._lease: Lease | None = None
         self._term: int | None = None  # create revision of the leader key while we hold it
         self._campaigning = False
+        self._holdoff_until = 0.0  # no campaigning before this (monotonic) after losing a term
         self._thread: threading.Thread | None = None
         self._cancel_watch: Callable[[], None] | None = None
         self.elected_at: float | None = None  # monotonic time of the last win
@@ -169,6 +170,10 @@ class Election:
     def _step_down(self, reason: str) -> None:
         with self._lock:
             was, self._term = self._term is not None, None
+            if was:
+                # a leader that stalled or was cut off does not win straight back: the standbys,
+                # which saw the key go, get one TTL to take over
+                self._holdoff_until = time.monotonic() + self.ttl
         if was:
             self._notify_lost(reason)
         self._wake.set()
@@ -250,10 +255,11 @@ class Election:
                         self._lease = lease
                 with self._lock:
                     leading = self._term is not None
-                if not leading:
+                    holdoff = self._holdoff_until - time.monotonic()
+                if not leading and holdoff <= 0:
                     self._campaign(lease)
                 backoff = 0.1
-                self._wake.wait(retry)
+                self._wake.wait(retry if holdoff <= 0 else min(retry, holdoff))
             except CoordinationError as exc:
                 log.warning("election %s: %s; retrying in %.1f s", self.candidate, exc, backoff)
                 self._stop.wait(backoff)
