@@ -317,3 +317,20 @@ def test_partitioned_leader_stops_before_the_other_wins_and_rejoins(tmp_path):
         assert leaders(since=t_heal) == {new}
         assert not any(up for t, up in states[old] if t > t_old_last)
         server.stop()
+
+
+def test_registration_comes_back_after_its_lease_is_lost(client):
+    changes = []
+    reg = client.register("members/s1", b"10.0.0.1:50051", ttl=1, on_change=changes.append)
+    try:
+        assert reg.wait(10) and client.get("members/s1")[0] == b"10.0.0.1:50051"
+        reg.update(b"10.0.0.1:50051 draining")
+        assert client.get("members/s1")[0] == b"10.0.0.1:50051 draining"
+        first = reg.lease
+        first.suspend_keepalive()  # as if cut off: the lease is lost, then re-made
+        assert wait_for(lambda: reg.lease is not first and reg.alive(), timeout=15)
+        assert client.get("members/s1")[0] == b"10.0.0.1:50051 draining"
+        assert changes[:3] == [True, False, True]
+    finally:
+        reg.close()
+    assert client.get("members/s1") == (None, 0)
