@@ -33,6 +33,7 @@ from simsearch.service.client import connect
 DIM = 32
 BATCH = 50
 ID_SPACE = 1 << 40  # writer w owns ids [w * ID_SPACE, (w + 1) * ID_SPACE)
+RECONNECT_S = 10.0
 
 
 def vectors_of(ids: np.ndarray) -> np.ndarray:
@@ -139,7 +140,9 @@ def run(args: argparse.Namespace) -> dict:
         return time.monotonic() - t0
 
     def in_window(t: float) -> bool:
-        return down[0] is not None and down[0] - 0.5 <= t <= (down[1] or 1e18) + 2.0
+        # from the kill until RECONNECT_S after the server is ready again: a client's channel
+        # waits out grpc's reconnect backoff (about 1 s, growing while the server was down)
+        return down[0] is not None and down[0] - 0.5 <= t <= (down[1] or 1e18) + RECONNECT_S
 
     def searcher(s: int) -> None:
         rng = np.random.default_rng(1000 + s)
