@@ -60,6 +60,7 @@ class Election:
         self._lease: Lease | None = None
         self._term: int | None = None  # create revision of the leader key while we hold it
         self._campaigning = False
+        self._holdoff_until = 0.0  # no campaigning before this (monotonic) after losing a term
         self._thread: threading.Thread | None = None
         self._cancel_watch: Callable[[], None] | None = None
         self.elected_at: float | None = None  # monotonic time of the last win
@@ -169,12 +170,19 @@ class Election:
     def _step_down(self, reason: str) -> None:
         with self._lock:
             was, self._term = self._term is not None, None
+            if was:
+                # a leader that stalled or was cut off does not win straight back: the standbys,
+                # which saw the key go, get one TTL to take over
+                self._holdoff_until = time.monotonic() + self.ttl
         if was:
             self._notify_lost(reason)
         self._wake.set()
 
-    def _on_lease_lost(self, reason: str) -> None:
-        self._step_down(f"lease lost: {reason}")
+    def _on_lease_lost(self, lease: Lease, reason: str) -> None:
+        with self._lock:
+            current = self._lease is lease
+        if current:  # a late callback of an older lease must not end the current term
+            self._step_down(f"lease lost: {reason}")
 
     def _on_events(self, events: list[WatchEvent]) -> None:
         for ev in events:
@@ -229,7 +237,17 @@ class Election:
                 if lease is None or not lease.alive():
                     if lease is not None:
                         self._step_down("lease lost")
-                    lease = self.etcd.lease(self.ttl, on_lost=self._on_lease_lost)
+                        # etcd may still hold it (we lost contact, not the lease): revoking
+                        # frees our stale leader key now instead of after the TTL
+                        try:
+                            lease.revoke()
+                        except CoordinationError as exc:
+                            log.info("election %s: old lease not revoked (%s)", self.candidate, exc)
+                        with self._lock:
+                            if self._lease is lease:
+                                self._lease = None
+                    lease = self.etcd.lease(self.ttl)
+                    lease._on_lost = lambda reason, lease=lease: self._on_lease_lost(lease, reason)
                     with self._lock:
                         if not self._campaigning:
                             lease.revoke()
@@ -237,10 +255,11 @@ class Election:
                         self._lease = lease
                 with self._lock:
                     leading = self._term is not None
-                if not leading:
+                    holdoff = self._holdoff_until - time.monotonic()
+                if not leading and holdoff <= 0:
                     self._campaign(lease)
                 backoff = 0.1
-                self._wake.wait(retry)
+                self._wake.wait(retry if holdoff <= 0 else min(retry, holdoff))
             except CoordinationError as exc:
                 log.warning("election %s: %s; retrying in %.1f s", self.candidate, exc, backoff)
                 self._stop.wait(backoff)

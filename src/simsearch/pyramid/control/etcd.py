@@ -348,6 +348,7 @@ class Etcd:
         self._lock = threading.Lock()
         self._watches: list[_PrefixWatch] = []
         self._leases: list[Lease] = []
+        self._registrations: list[Registration] = []
         self._closed = False
 
     # -- keys
@@ -531,6 +532,18 @@ class Etcd:
     def _revoke(self, lease_id: int) -> None:
         self._call("lease revoke", self._client.revoke_lease, lease_id, retry=False)
 
+    def register(self, key: str, value: bytes | str, ttl: float,
+                 on_change: Callable[[bool], None] | None = None) -> Registration:
+        """Keep ``key = value`` in etcd under a lease for as long as this process runs (membership:
+        a shard or a coordinator announcing itself). When the lease is lost (a cut link, an etcd
+        restart) the key is put again under a new lease as soon as etcd answers.
+        ``on_change(registered)`` is called on every loss and re-registration."""
+        reg = Registration(self, key, value, ttl, on_change)
+        with self._lock:
+            self._registrations.append(reg)
+        reg.start()
+        return reg
+
     # -- watches
     def watch_prefix(
         self, sub: str, callback: Callable[[list[WatchEvent]], None]
@@ -551,8 +564,10 @@ class Etcd:
             if self._closed:
                 return
             self._closed = True
-            watches, leases = self._watches, self._leases
-            self._watches, self._leases = [], []
+            watches, leases, regs = self._watches, self._leases, self._registrations
+            self._watches, self._leases, self._registrations = [], [], []
+        for r in regs:
+            r.close(revoke=False)
         for w in watches:
             w.cancel()
         for lease in leases:
@@ -692,6 +707,109 @@ class Lease:
             self._deadline = min(self._deadline, time.monotonic())
         self._stop_thread()
         self._etcd._revoke(self.id)
+
+
+class Registration:
+    """A key kept alive under a lease and put again after the lease is lost (``Etcd.register``)."""
+
+    def __init__(self, etcd: Etcd, key: str, value: bytes | str, ttl: float,
+                 on_change: Callable[[bool], None] | None = None):
+        self._etcd = etcd
+        self.key = key
+        self._value = _b(value)
+        self.ttl = ttl
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._lease: Lease | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._registered = False
+        self._thread = threading.Thread(target=self._run, name=f"etcd-register-{key}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """Registered now, by the local lease deadline."""
+        with self._lock:
+            lease = self._lease
+        return lease is not None and lease.alive()
+
+    def wait(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not self.alive():
+            time.sleep(0.02)
+        return self.alive()
+
+    @property
+    def lease(self) -> Lease | None:
+        return self._lease
+
+    def update(self, value: bytes | str) -> None:
+        """Change the registered value (e.g. a new state); applied now if registered, else at the
+        next registration."""
+        with self._lock:
+            self._value = _b(value)
+            lease = self._lease
+        if lease is not None and lease.alive():
+            self._etcd.put(self.key, self._value, lease=lease)
+
+    def _set(self, registered: bool) -> None:
+        if registered == self._registered:
+            return
+        self._registered = registered
+        if self._on_change is not None:
+            try:
+                self._on_change(registered)
+            except Exception:
+                log.exception("registration %s: on_change callback failed", self.key)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            with self._lock:
+                lease = self._lease
+            if lease is not None and lease.alive():
+                self._wake.wait(0.2)
+                self._wake.clear()
+                continue
+            if lease is not None:
+                self._set(False)
+                try:
+                    lease.revoke()  # if etcd still holds it, free the old key now
+                except CoordinationError:
+                    pass
+            try:
+                lease = self._etcd.lease(self.ttl, on_lost=lambda _r: self._wake.set())
+                with self._lock:
+                    value = self._value
+                self._etcd.put(self.key, value, lease=lease)
+                with self._lock:
+                    self._lease = lease
+                log.info("registered %s%s under lease %x", self._etcd.prefix, self.key, lease.id)
+                self._set(True)
+                backoff = 0.1
+            except CoordinationError as exc:
+                log.warning("registering %s: %s; retrying in %.1f s", self.key, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(2.0, backoff * 2)
+
+    def close(self, revoke: bool = True) -> None:
+        """Stop; ``revoke`` deletes the key now (else it goes when the lease expires)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._etcd.timeout + 1.0)
+        with self._lock:
+            lease, self._lease = self._lease, None
+        if lease is not None:
+            if revoke:
+                try:
+                    lease.revoke()
+                except CoordinationError as exc:
+                    log.warning("registration %s: revoke failed (%s)", self.key, exc)
+            else:
+                lease._stop_thread()
 
 
 class _PrefixWatch:

