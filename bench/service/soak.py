@@ -58,7 +58,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.log = open(data_dir.parent / "server.log", "ab")
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 600.0) -> None:
         ready = self.data_dir.parent / "ready.json"
         ready.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
@@ -97,6 +97,52 @@ class Server:
                 self.kill()
 
 
+class ClusterTarget:
+    """A local Pyramid cluster (3 shards, 2 replicas of each part); the disruption SIGKILLs
+    shard 0, which its supervisor restarts and the coordinator catches up."""
+
+    def __init__(self, work: Path):
+        from simsearch.pyramid.cluster import LocalCluster
+
+        self.cluster = LocalCluster(work / "cluster", 3, 2)
+        self.address = self.cluster.coordinator
+
+    def rss_mib(self) -> float | None:
+        total = 0.0
+        for pid in self.cluster.processes["pids"].values():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                pass
+        return total / 1024 or None
+
+    def disrupt(self) -> None:
+        self.cluster.signal_shard(0, signal.SIGKILL)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+class NodeTarget:
+    """One node; the disruption SIGKILLs it and starts it again on the same data and port."""
+
+    def __init__(self, work: Path):
+        self.server = Server(work / "data", free_port())
+        self.server.start()
+        self.address = f"127.0.0.1:{self.server.port}"
+
+    def rss_mib(self) -> float | None:
+        return self.server.rss_mib()
+
+    def disrupt(self) -> None:
+        self.server.kill()
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
 @dataclass
 class Series:
     """Per-second samples: searches, writes, latencies (s) and RSS (MiB)."""
@@ -122,11 +168,17 @@ class Series:
 
 def run(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="simsearch-soak-"))
-    server = Server(work / "data", free_port())
-    server.start()
-    address = f"127.0.0.1:{server.port}"
-    params = {"M": 16, "ef_construction": 64} if args.kind == "hnsw" else {}
-    connect(address).create_collection("soak", DIM, "l2", args.kind, **params)
+    target = ClusterTarget(work) if args.kind == "pyramid" else NodeTarget(work)
+    address = target.address
+    params = {
+        "hnsw": {"M": 16, "ef_construction": 64},
+        "pyramid": {"n_centers": 64, "n_partitions": 3, "mips_replicas": 0, "sub_index": "hnsw",
+                    "M": 16, "ef_construction": 64},
+    }.get(args.kind, {})
+    col = connect(address, timeout=120).create_collection("soak", DIM, "l2", args.kind, **params)
+    if col.needs_training:
+        col.train(vectors_of(np.arange(-5000, 0, dtype=np.int64) + (1 << 62)))
+    search_kw = {"hnsw": {"ef": 64}, "pyramid": {"branching": 8, "ef": 64}}.get(args.kind, {})
     total = args.minutes * 60
     kill_at = total * args.kill_at
     t0 = time.monotonic()
@@ -151,7 +203,7 @@ def run(args: argparse.Namespace) -> dict:
             q = rng.standard_normal((int(rng.integers(1, 11)), DIM), dtype=np.float32)
             t = now()
             try:
-                col.search(q, 10, **({"ef": 64} if args.kind == "hnsw" else {}))
+                col.search(q, 10, **search_kw)
                 series.search(int(t), now() - t)
             except Exception as exc:
                 series.fail(int(t))
@@ -209,7 +261,7 @@ def run(args: argparse.Namespace) -> dict:
         while now() < total:
             sec = int(now())
             if sec != last:
-                rss = server.rss_mib()
+                rss = target.rss_mib()
                 if rss is not None:
                     series.rss[sec] = rss
                 last = sec
@@ -219,8 +271,7 @@ def run(args: argparse.Namespace) -> dict:
                           f"rss {rss or 0:.0f} MiB", file=sys.stderr, flush=True)
             if not killed and now() >= kill_at:
                 down[0] = now()
-                server.kill()
-                server.start()  # the same data directory and port
+                target.disrupt()
                 down[1] = now()
                 killed = True
             time.sleep(0.05)
@@ -240,10 +291,11 @@ def run(args: argparse.Namespace) -> dict:
     except Exception as exc:  # an acknowledged id is missing
         errors.append(f"final check: {type(exc).__name__}: {exc}")
         lost = -1
-    server.stop()
+    target.stop()
     secs = sorted(series.lat)
     p50 = {s: float(np.percentile(series.lat[s], 50)) for s in secs}
     p99 = {s: float(np.percentile(series.lat[s], 99)) for s in secs}
+    all_ms = [v * 1e3 for s in secs for v in series.lat[s]]
     rss = series.rss
     n_rss = len(rss)
     first_half = [v for s, v in rss.items() if total * 0.1 <= s < kill_at]
@@ -262,9 +314,8 @@ def run(args: argparse.Namespace) -> dict:
         "acked_live": int(expected.size),
         "stored_before_check": stored,
         "acked_lost": lost,
-        "p50_ms": float(np.median([v * 1e3 for s in secs for v in series.lat[s]])) if secs else None,
-        "p99_ms": float(np.percentile([v * 1e3 for s in secs for v in series.lat[s]], 99))
-        if secs else None,
+        "p50_ms": float(np.percentile(all_ms, 50)) if secs else None,
+        "p99_ms": float(np.percentile(all_ms, 99)) if secs else None,
         "rss_mib_start": float(np.median(first_half[: max(1, len(first_half) // 5)]))
         if first_half else None,
         "rss_mib_before_kill": float(np.median(first_half[-max(1, len(first_half) // 5):]))
@@ -294,14 +345,15 @@ def plot(report: dict, path: Path) -> None:
     ax[1].set_ylabel("latency (ms)")
     ax[1].legend()
     ax[2].plot(s["rss_sec"], s["rss_mib"], lw=0.8)
-    ax[2].set_ylabel("server RSS (MiB)")
+    ax[2].set_ylabel("server RSS (MiB, all processes)")
     ax[2].set_xlabel("seconds")
     a, b = report["restart_window_s"]
     for x in ax:
         if a is not None:
             x.axvspan(a, b, color="red", alpha=0.2)
+    what = "shard 0 SIGKILL" if report["kind"] == "pyramid" else "SIGKILL + restart"
     fig.suptitle(f"soak: {report['kind']}, {report['searchers']} searchers, "
-                 f"{report['writers']} writers, SIGKILL + restart (red)")
+                 f"{report['writers']} writers, {what} (red)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -310,7 +362,8 @@ def plot(report: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--kind", default="hnsw", choices=["hnsw", "flat"])
+    p.add_argument("--kind", default="hnsw", choices=["hnsw", "flat", "pyramid"],
+                   help="pyramid: a local cluster (3 shards x 2 replicas), shard 0 is killed")
     p.add_argument("--searchers", type=int, default=4)
     p.add_argument("--writers", type=int, default=2)
     p.add_argument("--write-rate", type=float, default=20.0, help="batches / s per writer")

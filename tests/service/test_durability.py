@@ -226,3 +226,29 @@ def test_a_corrupt_collection_json_damages_only_its_collection(tmp_path, garbage
     with pytest.raises(DataLossError):
         store.get("bad").search(x, 1, {})
     store.close()
+
+
+def test_a_churning_log_is_snapshotted_before_it_outgrows_the_data(tmp_path, monkeypatch):
+    """Under add/remove churn the log must not grow without bound below the byte cap: replaying
+    it at restart would cost every write ever made (the soak saw restarts of minutes)."""
+    from simsearch.service import store as store_mod
+
+    monkeypatch.setattr(store_mod, "MIN_SNAPSHOT_WAL_BYTES", 64 << 10)
+    rng = np.random.default_rng(2)
+    store = Store(tmp_path)  # the default byte cap (256 MiB) is never reached here
+    col = store.create("c", DIM, "l2", "hnsw", {"M": 8})
+    live = []
+    for b in range(60):  # 60 batches of 50 in, the oldest out: 500 live items
+        ids = np.arange(b * 50, b * 50 + 50)
+        col.add(rng.standard_normal((50, DIM)).astype(np.float32), ids)
+        live.append(ids)
+        if len(live) > 10:
+            col.remove(live.pop(0))
+    assert col.generation >= 2, "the log was never snapshotted"
+    wal = tmp_path / "collections" / "c" / f"wal-{col.generation}.log"
+    snap = tmp_path / "collections" / "c" / f"snapshot-{col.generation}.idx"
+    assert wal.stat().st_size <= max(64 << 10, snap.stat().st_size) + (64 << 10)
+    store.close()
+    store = Store(tmp_path)
+    assert len(store.get("c").index) == 500
+    store.close()

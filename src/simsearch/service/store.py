@@ -57,6 +57,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SNAP_RE = re.compile(r"^snapshot-(\d+)\.idx$")
 _WAL_RE = re.compile(r"^wal-(\d+)\.log$")
 DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
+# A log is also snapshotted once it outgrows the snapshot it follows (and this floor): replaying it
+# then costs about one rebuild of what the collection holds, however long the collection churns.
+# The soak found restarts taking minutes under add/remove churn below the byte cap.
+MIN_SNAPSHOT_WAL_BYTES = 16 << 20
 
 
 def check_name(name: str) -> str:
@@ -173,6 +177,7 @@ class Collection:
         self._wal: WriteAheadLog | None = None
         self._writer = threading.Lock()  # one write at a time, including its fsync
         self._rw = RWLock(DeadlineExceededError)  # searches share; applying a write is exclusive
+        self._snapshot_bytes = 0  # size of the snapshot the log follows
         try:
             self.config = _read_config(path / "collection.json")
         except (OSError, ValueError) as exc:  # this collection is lost, the node's others serve
@@ -213,6 +218,7 @@ class Collection:
             if (m and int(m.group(1)) != g) or f.startswith("."):
                 (self.path / f).unlink(missing_ok=True)
         self.index, self.generation, self.damaged = index, g, None
+        self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size if g else 0
         self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
         log.info(
             "collection %s: %d items (generation %d, %d log records)",
@@ -283,7 +289,10 @@ class Collection:
             raise ServiceUnavailableError(
                 "the write could not be made durable and was not applied; retry later"
             ) from None
-        if self._wal.size() > self.snapshot_wal_bytes:
+        size = self._wal.size()
+        if size > self.snapshot_wal_bytes or size > max(
+            MIN_SNAPSHOT_WAL_BYTES, self._snapshot_bytes
+        ):
             self._snapshot_locked()
 
     def add(
@@ -344,6 +353,7 @@ class Collection:
         g = self.generation + 1
         with self._rw.read():  # searches go on; writes are held by the writer lock
             self.index.save(self.path / f"snapshot-{g}.idx")
+        self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size
         new_wal = WriteAheadLog(self.path / f"wal-{g}.log")
         old_wal, old_g = self._wal, self.generation
         self._wal, self.generation = new_wal, g
