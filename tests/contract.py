@@ -31,6 +31,14 @@ class Case:
 
 CASES = [
     Case("flat", lambda d, m, x: ss.FlatIndex(d, m), exact=True, min_recall=1.0),
+    Case(
+        "auto",  # measures its candidates on the first add (here: 3,000 items)
+        lambda d, m, x: ss.create_index(
+            "auto", d, m, target_recall=0.95, sample_size=2000, n_eval=50,
+            candidates=("flat", "hnsw", "norm-scan") if m == "ip" else ("flat", "hnsw"),
+        ),
+        min_recall=0.9,
+    ),
     Case("norm-scan", lambda d, m, x: ss.NormScanIndex(d, m), metrics=("ip",), exact=True,
          min_recall=1.0),
     # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64

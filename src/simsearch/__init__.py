@@ -1,6 +1,7 @@
 """simsearch: vector similarity search for MIPS, quantized, sharded and string workloads."""
 
 from . import errors
+from .auto import AutoIndex, auto_index
 from .flat import FlatIndex
 from .hnsw import HNSWIndex
 from .index import Index, SearchResult, create_index, index_kinds, load
@@ -10,6 +11,8 @@ from .service.client import connect  # imports grpc only when called
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoIndex",
+    "auto_index",
     "FlatIndex",
     "HNSWIndex",
     "Index",

@@ -245,6 +245,7 @@ _REGISTRY: dict[str, type[Index]] = {}
 _KIND_MODULES = {
     "flat": "simsearch.flat",
     "norm-scan": "simsearch.normscan",
+    "auto": "simsearch.auto",
     "hnsw": "simsearch.hnsw",
     "nr-lsh": "simsearch.lsh",
     "simple-lsh": "simsearch.lsh",

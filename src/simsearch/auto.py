@@ -1,0 +1,303 @@
+"""The automatic index choice: measure the candidates on the data, keep the cheapest that reaches
+the target recall (docs/architecture.md, "Choosing for the data").
+
+    idx = simsearch.auto_index(x, metric="ip", target_recall=0.9)
+    idx.search(q, 10)            # with the tuned search parameter as its default
+    print(idx.report)            # what was measured, and why the winner won
+
+Nothing is guessed from the data's shape alone: each candidate that fits the memory budget is
+built on a sample, its search knob is tuned to the target on sample queries (the caller's, or
+items held out), its cost per query is measured, and the cost is scaled to the full size by how
+the method grows (a scan with the item count, a graph with its logarithm). The winner is built on
+all the data and its knob tuned again there, against the exact answers of the held-out queries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidParameterError
+from .index import Index, SearchResult, as_matrix, create_index, load, register
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kind: str
+    build: dict
+    knob: str | None  # the search parameter tuned to the target (None: exact)
+    grid: tuple  # knob values tried, cheapest first; "frac:" values scale with the item count
+    growth: str  # "linear" (a scan) or "log" (a graph): how cost grows with the item count
+    metrics: tuple[str, ...] = ("ip", "cosine", "l2")
+    bytes_per_item: float = 0.0  # on top of the raw vector
+
+
+_EFS = (10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+_FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
+CANDIDATES = {
+    "flat": Candidate("flat", {}, None, (), "linear"),
+    "norm-scan": Candidate("norm-scan", {}, "max_items", _FRACTIONS + (1.0,), "linear", ("ip",), 4),
+    "hnsw": Candidate("hnsw", {"M": 16, "ef_construction": 200}, "ef", _EFS, "log",
+                      bytes_per_item=300),
+    "ipnsw-plus": Candidate("ipnsw-plus", {"M": 16, "progress": False}, "ef", _EFS, "log",
+                            ("ip",), bytes_per_item=600),
+    "nr-lsh": Candidate("nr-lsh", {"n_bits": 16, "n_ranges": 32}, "n_probe_items", _FRACTIONS,
+                        "linear", ("ip",), bytes_per_item=16),
+}
+
+
+def _memory(c: Candidate, n: int, dim: int) -> float:
+    return n * (dim * 4 + c.bytes_per_item)
+
+
+def _knob_value(c: Candidate, v: Any, n: int) -> Any:
+    """Fractional grid values of scan-like knobs become item counts at size n."""
+    if c.knob in ("max_items", "n_probe_items"):
+        return max(10, int(math.ceil(v * n)))
+    return v
+
+
+def _recall(ids: np.ndarray, truth: np.ndarray) -> float:
+    k = truth.shape[1]
+    hits = [len(set(a[a >= 0]) & set(b)) for a, b in zip(ids, truth, strict=True)]
+    return float(np.mean(hits)) / k
+
+
+def _per_query_seconds(idx: Index, q: np.ndarray, k: int, params: dict) -> float:
+    """Best time per query over a few one-query calls (the latency a server sees)."""
+    rows = q[: min(len(q), 100)]
+    best = math.inf
+    for _ in range(3):
+        t = time.perf_counter()
+        for r in rows:
+            idx.search(r, k, **params)
+        best = min(best, (time.perf_counter() - t) / len(rows))
+    return best
+
+
+def _tune(c: Candidate, idx: Index, q: np.ndarray, truth: np.ndarray, k: int, target: float):
+    """The cheapest grid value reaching the target: (value or None, recall)."""
+    n = len(idx)
+    if c.knob is None:
+        return None, _recall(idx.search(q, k).ids, truth)
+    rec = 0.0
+    for v in c.grid:
+        val = _knob_value(c, v, n)
+        rec = _recall(idx.search(q, k, **{c.knob: val}).ids, truth)
+        if rec >= target:
+            return v, rec
+    return None, rec  # never reached it
+
+
+def _progress(msg: str, on: bool) -> None:
+    log.info("auto_index: %s", msg)
+    if on:
+        print(f"[auto] {msg}", flush=True)
+
+
+@register("auto")
+class AutoIndex(Index):
+    """An index that picks its method by measuring candidates on the first data it is given
+    (see the module docstring); afterwards it behaves as the chosen index, whose tuned search
+    parameter is the default. ``report`` says what was measured and why the winner won.
+
+    Build parameters: ``target_recall`` (0.9), ``k`` (10: the recall@k tuned for),
+    ``candidates`` (names from ``CANDIDATES``; default all that take the metric),
+    ``memory_budget`` (bytes; candidates whose estimate exceeds it are skipped),
+    ``sample_size`` (20,000 items built per candidate), ``n_eval`` (200 held-out queries),
+    ``seed``, ``progress``.
+    """
+
+    search_params = frozenset({"ef", "max_items", "n_probe_items", "n_threads"})
+
+    def __init__(self, dim: int, metric: str = "ip", target_recall: float = 0.9, k: int = 10,
+                 candidates: list[str] | tuple[str, ...] | None = None,
+                 memory_budget: int | None = None, sample_size: int = 20_000, n_eval: int = 200,
+                 seed: int = 0, progress: bool = False):
+        if not (isinstance(target_recall, (int, float)) and 0 < target_recall <= 1):
+            raise InvalidParameterError(f"target_recall must be in (0, 1]; got {target_recall!r}")
+        names = [c for c, cand in CANDIDATES.items() if metric in cand.metrics] \
+            if candidates is None else list(candidates)
+        unknown = set(names) - set(CANDIDATES)
+        if unknown or not names:
+            raise InvalidParameterError(
+                f"candidates must be a non-empty subset of {sorted(CANDIDATES)}; "
+                f"got {candidates!r}")
+        super().__init__(dim, metric, target_recall=float(target_recall), k=int(k),
+                         candidates=names, memory_budget=memory_budget,
+                         sample_size=int(sample_size), n_eval=int(n_eval), seed=int(seed),
+                         progress=bool(progress))
+        self._inner: Index | None = None
+        self._defaults: dict = {}
+        self.report = "nothing chosen yet: the first add() measures the candidates"
+        self._queries: np.ndarray | None = None  # the caller's sample queries, if any
+
+    @property
+    def chosen(self) -> str | None:
+        return None if self._inner is None else self._inner.kind
+
+    # -- choosing ---------------------------------------------------------------------------
+
+    def _choose(self, x: np.ndarray, ids: np.ndarray) -> None:
+        p = self._params
+        rng = np.random.default_rng(p["seed"])
+        n, k, target = x.shape[0], p["k"], p["target_recall"]
+        if self._queries is not None:
+            q_eval = self._queries[: p["n_eval"]]
+            pool = np.arange(n)
+        else:  # held-out items stand in for queries
+            perm = rng.permutation(n)
+            n_q = min(p["n_eval"], max(1, n // 10))
+            q_eval, pool = x[perm[:n_q]], perm[n_q:]
+        sample = pool if len(pool) <= p["sample_size"] else rng.choice(
+            pool, p["sample_size"], replace=False)
+        xs = x[np.sort(sample)]
+        norms = np.linalg.norm(x, axis=1)
+        tail = float(np.percentile(norms, 99) / max(np.median(norms), 1e-12))
+        lines = [f"data: {n} items x {self.dim}, metric {self.metric}, norm p99/median {tail:.2f}; "
+                 f"target recall@{k} {target}; {len(q_eval)} "
+                 f"{'given' if self._queries is not None else 'held-out'} queries; "
+                 f"candidates built on {len(xs)} items"]
+        kk = min(k, len(xs))
+        truth = _flat_truth(xs, q_eval, kk, self.metric)
+        rows = []
+        for name in p["candidates"]:
+            c = CANDIDATES[name]
+            if self.metric not in c.metrics:
+                continue
+            mem = _memory(c, n, self.dim)
+            if p["memory_budget"] is not None and mem > p["memory_budget"]:
+                why = f"skipped: needs ~{mem / 2**20:.0f} MiB"
+                rows.append((name, None, None, None, None, why))
+                continue
+            _progress(f"building {name} on {len(xs)} items", p["progress"])
+            idx = create_index(name, self.dim, self.metric, **c.build)
+            idx.add(xs)
+            v, rec = _tune(c, idx, q_eval, truth, kk, target)
+            if v is None and c.knob is not None:
+                rows.append((name, None, rec, None, None, "never reached the target"))
+                continue
+            params = {} if c.knob is None else {c.knob: _knob_value(c, v, len(xs))}
+            sec = _per_query_seconds(idx, q_eval, kk, params)
+            scale = n / len(xs) if c.growth == "linear" else math.log(max(n, 2)) / math.log(
+                max(len(xs), 2))
+            rows.append((name, v, rec, sec, sec * scale, "ok"))
+            _progress(f"{name}: {c.knob}={v} recall {rec:.3f}, {sec * 1e6:.0f} us/query "
+                      f"on the sample, ~{sec * scale * 1e6:.0f} us at full size", p["progress"])
+        ok = [r for r in rows if r[5] == "ok"]
+        if not ok:
+            raise InvalidParameterError(
+                f"no candidate reached recall {target}: " + "; ".join(
+                    f"{r[0]}: {r[5]}" for r in rows))
+        best = min(ok, key=lambda r: r[4])
+        c = CANDIDATES[best[0]]
+        lines.append("| candidate | knob | recall | us/query (sample) | us/query (est. full) | |")
+        lines.append("|---|---|---|---|---|---|")
+        for r in rows:
+            lines.append(
+                f"| {r[0]} | {'' if r[1] is None else f'{c_knob(r[0])}={r[1]}'} | "
+                f"{'' if r[2] is None else f'{r[2]:.3f}'} | "
+                f"{'' if r[3] is None else f'{r[3] * 1e6:.0f}'} | "
+                f"{'' if r[4] is None else f'{r[4] * 1e6:.0f}'} | {r[5]} |")
+        _progress(f"chose {best[0]}; building it on all {n} items", p["progress"])
+        inner = create_index(best[0], self.dim, self.metric, **c.build)
+        inner.add(x, ids)
+        defaults = {}
+        if c.knob is not None:  # tune again at full size against the exact answers
+            truth_full = _flat_truth(x, q_eval, min(k, n), self.metric, ids)
+            start = c.grid.index(best[1])
+            for v in c.grid[start:]:
+                val = _knob_value(c, v, n)
+                rec = _recall(inner.search(q_eval, min(k, n), **{c.knob: val}).ids, truth_full)
+                defaults = {c.knob: val}
+                if rec >= target:
+                    break
+            lines.append(f"chose {best[0]}: the lowest estimated cost at the target; tuned on all "
+                         f"{n} items to {c.knob}={defaults[c.knob]} (held-out recall {rec:.3f})")
+        else:
+            lines.append(f"chose {best[0]}: the lowest estimated cost at the target (exact)")
+        self._inner, self._defaults = inner, defaults
+        self.report = "\n".join(lines)
+
+    # -- the Index hooks --------------------------------------------------------------------
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        if self._inner is None:
+            self._choose(x, ids)
+        else:
+            self._inner.add(x, ids)
+
+    def _remove(self, ids: np.ndarray) -> None:
+        self._inner.remove(ids)
+
+    def _search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
+        inner = self._inner
+        extra = set(params) - inner.search_params
+        if extra:
+            raise InvalidParameterError(
+                f"the chosen index ({inner.kind}) takes {sorted(inner.search_params)}; got "
+                f"{sorted(extra)}")
+        return inner.search(q, k, **{**self._defaults, **params})
+
+    def _get_state(self):
+        meta = {"defaults": self._defaults, "report": self.report}
+        if self._inner is None:
+            return meta, {}
+        fd, tmp = tempfile.mkstemp(suffix=".idx")
+        os.close(fd)
+        try:
+            self._inner.save(tmp)
+            blob = np.fromfile(tmp, np.uint8)
+        finally:
+            os.unlink(tmp)
+        return meta, {"inner": blob}
+
+    def _set_state(self, meta, arrays):
+        self._defaults, self.report = dict(meta["defaults"]), meta["report"]
+        if "inner" in arrays:
+            fd, tmp = tempfile.mkstemp(suffix=".idx")
+            os.close(fd)
+            try:
+                arrays["inner"].tofile(tmp)
+                self._inner = load(tmp)
+            finally:
+                os.unlink(tmp)
+
+
+def c_knob(name: str) -> str:
+    return CANDIDATES[name].knob or "exact"
+
+
+def _flat_truth(x, q, k, metric, ids=None) -> np.ndarray:
+    f = create_index("flat", x.shape[1], metric)
+    f.add(x, ids)
+    return f.search(q, k).ids
+
+
+def auto_index(x: Any, metric: str = "ip", target_recall: float = 0.9, queries: Any = None,
+               memory_budget: int | None = None, k: int = 10, ids: Any = None,
+               progress: bool = True, **params: Any) -> AutoIndex:
+    """Measure the candidate indexes on ``x`` and return the cheapest that reaches
+    ``target_recall`` (recall@k), built on all of ``x`` and ready to search; ``queries`` are
+    sample queries (default: held-out items). ``idx.report`` explains the choice."""
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise InvalidParameterError(f"x must be a (n, dim) array; got shape {x.shape}")
+    idx = AutoIndex(x.shape[1], metric, target_recall=target_recall, k=k,
+                    memory_budget=memory_budget, progress=progress, **params)
+    if queries is not None:
+        idx._queries = as_matrix(queries, x.shape[1], metric, "queries")
+    idx.add(x, ids)
+    return idx
+
+
+__all__ = ["AutoIndex", "CANDIDATES", "auto_index"]

@@ -1,0 +1,44 @@
+"""auto_index: measures its candidates, reaches the target on held-out queries, explains itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+from simsearch.datasets import synthetic_longtail
+from simsearch.errors import InvalidParameterError
+
+
+@pytest.fixture(scope="module")
+def longtail():
+    return synthetic_longtail(n=8000, dim=24, n_queries=100, n_clusters=40, seed=5)
+
+
+def test_reaches_the_target_and_reports(longtail, tmp_path):
+    base, queries = longtail
+    idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:50], progress=False,
+                        candidates=("flat", "norm-scan", "hnsw", "nr-lsh"), sample_size=4000)
+    assert idx.chosen in ("flat", "norm-scan", "hnsw", "nr-lsh")
+    assert f"chose {idx.chosen}" in idx.report and "| candidate |" in idx.report
+    flat = ss.FlatIndex(24, "ip")
+    flat.add(base)
+    held_out = queries[50:]  # queries the choice never saw
+    got, truth = idx.search(held_out, 10).ids, flat.search(held_out, 10).ids
+    rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+    assert rec >= 0.85, idx.report
+    idx.save(tmp_path / "auto.idx")
+    back = ss.load(tmp_path / "auto.idx")
+    assert back.chosen == idx.chosen and back.report == idx.report
+    np.testing.assert_array_equal(back.search(held_out, 10).ids, got)
+
+
+def test_memory_budget_and_bad_settings(longtail):
+    base, _ = longtail
+    small = ss.auto_index(base, "ip", memory_budget=base.nbytes + 8000 * 8, progress=False,
+                          candidates=("hnsw", "norm-scan"), sample_size=3000)
+    assert small.chosen == "norm-scan" and "skipped: needs" in small.report
+    with pytest.raises(InvalidParameterError, match="candidates"):
+        ss.create_index("auto", 8, "ip", candidates=("nope",))
+    with pytest.raises(InvalidParameterError, match="target_recall"):
+        ss.create_index("auto", 8, "ip", target_recall=1.5)
