@@ -310,4 +310,5 @@ from . import (  # noqa: E402, F401
     adapters_graph,  # ip-NSW+
     adapters_lsh,  # Simple-LSH, Norm-Ranging LSH, faiss IndexLSH + re-rank
     adapters_quant,  # NEQ, faiss quantizers + re-rank
+    adapters_scann,  # ScaNN: tree + anisotropic hashing + exact re-ordering
 )
