@@ -16,11 +16,13 @@ writes, each durable on its own. grpc is imported only when a client is made.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import DuplicateIdError
+from ..errors import DuplicateIdError, InvalidParameterError
 from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
 from .errors import ERROR_TYPE_KEY, ServiceError, error_class
 
@@ -28,10 +30,61 @@ from .errors import ERROR_TYPE_KEY, ServiceError, error_class
 _REQUEST_OVERHEAD = 4096
 #: an int64 id as a protobuf varint takes at most 10 bytes
 _ID_BYTES = 10
+#: calls grpc retries on UNAVAILABLE (its service config). Add and Remove are retried too, but
+#: only when the call is idempotent (an upsert with explicit ids, a remove with missing_ok): the
+#: service config is per method and cannot tell, so Client._call does that one.
+_RETRIED = ("Search", "DescribeCollection", "ListCollections", "ServerInfo", "Snapshot")
+RETRY_ATTEMPTS = 5
+
+
+def _service_config() -> str:
+    import json
+
+    retry = {
+        "maxAttempts": RETRY_ATTEMPTS,
+        "initialBackoff": "0.1s",
+        "maxBackoff": "2s",
+        "backoffMultiplier": 2,
+        "retryableStatusCodes": ["UNAVAILABLE"],
+    }
+    return json.dumps({
+        "loadBalancingConfig": [{"pick_first": {}}],
+        "methodConfig": [
+            {"name": [{"service": "simsearch.v1.SimSearch", "method": m} for m in _RETRIED],
+             "retryPolicy": retry},
+            {"name": [{"service": "grpc.health.v1.Health"}], "retryPolicy": retry},
+        ],
+    })
+
+
+def _target(address: str | Sequence[str]) -> str:
+    """A grpc target for one address or several (resolved to IP literals for the ipv4/ipv6
+    resolvers, which take a list)."""
+    import socket
+
+    addrs = [a.strip() for a in (address.split(",") if isinstance(address, str) else address)]
+    addrs = [a for a in addrs if a]
+    if not addrs:
+        raise InvalidParameterError(f"address must name at least one host:port; got {address!r}")
+    if len(addrs) == 1:
+        return addrs[0]
+    v4, v6 = [], []
+    for a in addrs:
+        host, _, port = a.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidParameterError(f"each address must be host:port; got {a!r}")
+        host = host.strip("[]")
+        for fam, *_, sa in socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM):
+            (v4 if fam == socket.AF_INET else v6).append(
+                f"{sa[0]}:{port}" if fam == socket.AF_INET else f"[{sa[0]}]:{port}")
+            break
+    if v4 and v6:
+        raise InvalidParameterError("several addresses must all be IPv4 or all IPv6")
+    return ("ipv4:" + ",".join(v4)) if v4 else ("ipv6:" + ",".join(v6))
 
 
 def connect(
-    address: str,
+    address: str | Sequence[str],
     token: str | None = None,
     tls_ca: str | os.PathLike | bytes | None = None,
     *,
@@ -39,7 +92,11 @@ def connect(
     tls_server_name: str | None = None,
     max_message_bytes: int | None = None,
 ) -> Client:
-    """Connect to a node at ``host:port``.
+    """Connect to a node at ``host:port``, or to any of several (a list, or comma-separated):
+    calls go to the first that answers and move to the next when it goes away (grpc's
+    pick_first policy), reads and idempotent writes are retried on UNAVAILABLE by grpc's own
+    retry policy, and keepalives notice a dead connection. Use it as a context manager to close
+    the channel.
 
     token: bearer token sent with every call. tls_ca: PEM bytes or a path to the CA that signed
     the server's certificate (turns TLS on). timeout: seconds each call may take (its deadline).
@@ -97,17 +154,28 @@ class Client:
         self._health_pb2 = health_pb2
         self.address = address
         self.timeout = timeout
+        target = _target(address)
+        self._failover = target.startswith(("ipv4:", "ipv6:"))
         # The client never refuses a size itself: it splits batches, and the server judges.
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        options = [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.service_config", _service_config()),
+            ("grpc.enable_retries", 1),
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2_000),
+        ]
         if tls_ca is not None:
             ca = tls_ca if isinstance(tls_ca, bytes) else open(tls_ca, "rb").read()
             if tls_server_name:
                 options.append(("grpc.ssl_target_name_override", tls_server_name))
             self._channel = grpc.secure_channel(
-                address, grpc.ssl_channel_credentials(root_certificates=ca), options=options
+                target, grpc.ssl_channel_credentials(root_certificates=ca), options=options
             )
         else:
-            self._channel = grpc.insecure_channel(address, options=options)
+            self._channel = grpc.insecure_channel(target, options=options)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._stub = pb_grpc.SimSearchStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
@@ -116,13 +184,22 @@ class Client:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _call(self, method: str, request):
-        try:
-            return getattr(self._stub, method)(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-        except self._grpc.RpcError as err:
-            _raise_from(err)
+    def _call(self, method: str, request, idempotent: bool = False):
+        """One call. ``idempotent``: a write that may be repeated (an upsert with explicit ids,
+        a remove with missing_ok) is retried on UNAVAILABLE like the reads grpc retries."""
+        attempts = RETRY_ATTEMPTS if idempotent else 1
+        for attempt in range(attempts):
+            try:
+                return getattr(self._stub, method)(
+                    request, timeout=self.timeout, metadata=self._metadata,
+                    # with several addresses, wait for the channel to move to a live one
+                    wait_for_ready=self._failover and (idempotent or method in _RETRIED),
+                )
+            except self._grpc.RpcError as err:
+                if attempt + 1 < attempts and err.code() == self._grpc.StatusCode.UNAVAILABLE:
+                    time.sleep(min(2.0, 0.1 * 2**attempt))
+                    continue
+                _raise_from(err)
 
     @property
     def max_message_bytes(self) -> int:
@@ -293,7 +370,8 @@ class RemoteCollection:
             )
             if ids is not None:
                 req.ids.extend(ids[start : start + step].tolist())
-            out.append(np.asarray(c._call("Add", req).ids, dtype=np.int64))
+            out.append(np.asarray(c._call("Add", req, idempotent=upsert and ids is not None).ids,
+                                  dtype=np.int64))
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
     def search(self, q: Any, k: int, **params: Any) -> SearchResult:
@@ -340,7 +418,7 @@ class RemoteCollection:
         for start in range(0, max(1, ids.size), step):
             req = c._pb.RemoveRequest(collection=self.name, ids=ids[start : start + step].tolist(),
                                       missing_ok=missing_ok)
-            n += int(c._call("Remove", req).removed)
+            n += int(c._call("Remove", req, idempotent=missing_ok).removed)
         return n
 
     def snapshot(self) -> int:
