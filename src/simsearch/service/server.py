@@ -43,6 +43,7 @@ class RunningServer:
     servicer: SimSearchServicer
     health: health.HealthServicer
     store: Store
+    metrics_port: int | None = None
 
     def stop(self, grace: float = 10.0) -> None:
         """Refuse new calls, let calls in flight finish within ``grace`` seconds, close logs."""
@@ -50,6 +51,8 @@ class RunningServer:
         self.health.enter_graceful_shutdown()
         self.servicer.drain(grace)  # new calls get UNAVAILABLE, calls in flight finish
         self.server.stop(max(0.0, grace - (time.monotonic() - t0))).wait()
+        if self.servicer.metrics is not None:
+            self.servicer.metrics.close()
         self.store.close()
 
 
@@ -67,12 +70,20 @@ def create_server(
     workers: int = 8,
     snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
     store: Store | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> RunningServer:
     """Open the store under ``data_dir`` (replaying logs), bind and start. Returns the running
     server and the port it bound."""
     if store is None:  # a caller may bring its own (the Pyramid coordinator does)
         store = Store(data_dir, snapshot_wal_bytes=snapshot_wal_bytes)
-    servicer = SimSearchServicer(store, max_message_bytes)
+    metrics = None
+    if metrics_port is not None:  # off by default: prometheus_client is imported only here
+        from .metrics import ServiceMetrics
+
+        metrics = ServiceMetrics(store)
+        metrics_port = metrics.serve(metrics_port, metrics_host)
+    servicer = SimSearchServicer(store, max_message_bytes, metrics)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -116,7 +127,7 @@ def create_server(
         "TLS" if tls_cert else "plaintext",
         len(store.names()),
     )
-    return RunningServer(server, bound, servicer, health_servicer, store)
+    return RunningServer(server, bound, servicer, health_servicer, store, metrics_port)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,6 +178,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         help="seconds calls in flight get to finish on shutdown",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics over HTTP on this port (0: a free one; default off)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="interface for --metrics-port (default loopback only)",
     )
     p.add_argument(
         "--ready-file",
@@ -225,13 +246,16 @@ def run_serve(args: argparse.Namespace) -> int:
                 max_concurrent_rpcs=args.max_concurrent_rpcs or None,
                 workers=args.workers,
                 snapshot_wal_bytes=args.snapshot_wal_bytes,
+                metrics_port=getattr(args, "metrics_port", None),
+                metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
             )
         except (OSError, ValueError) as exc:
             print(f"simsearch serve: {exc}", file=sys.stderr)
             return 1
         print(f"simsearch: serving on {args.host}:{running.port}", flush=True)
         if args.ready_file:
-            _write_ready_file(args.ready_file, {"port": running.port, "pid": os.getpid()})
+            _write_ready_file(args.ready_file, {"port": running.port, "pid": os.getpid(),
+                                                "metrics_port": running.metrics_port})
         while not stop.wait(1.0):
             pass
         log.info("shutting down (grace %.1f s)", args.grace)

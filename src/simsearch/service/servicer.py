@@ -53,17 +53,24 @@ def _rpc(fn: Callable) -> Callable:
         if self.stopping.is_set():
             abort_with(context, ServiceUnavailableError("the server is shutting down; retry later"))
         remaining = context.time_remaining()
-        deadline = None if remaining is None else time.monotonic() + remaining
+        t0 = time.monotonic()
+        deadline = None if remaining is None else t0 + remaining
         with self._inflight_cond:
             self._inflight += 1
+        code = "OK"
         try:
             return fn(self, request, context, deadline)
         except Exception as exc:  # every error becomes a status (abort raises past this)
+            code = code_for(exc) if isinstance(exc, SimsearchError) else "INTERNAL"
             abort_with(context, exc)
         finally:
             with self._inflight_cond:
                 self._inflight -= 1
                 self._inflight_cond.notify_all()
+            if self.metrics is not None:
+                name = getattr(request, "collection", None) or getattr(request, "name", "")
+                self.metrics.observe(fn.__name__, code, name if isinstance(name, str) else "",
+                                     time.monotonic() - t0)
 
     return wrapper
 
@@ -85,9 +92,10 @@ def _info(col: Collection) -> pb.CollectionInfo:
 
 
 class SimSearchServicer(pb_grpc.SimSearchServicer):
-    def __init__(self, store: Store, max_message_bytes: int):
+    def __init__(self, store: Store, max_message_bytes: int, metrics=None):
         self.store = store
         self.max_message_bytes = max_message_bytes
+        self.metrics = metrics  # a ServiceMetrics, or None when metrics are off
         self.stopping = threading.Event()
         self._inflight = 0
         self._inflight_cond = threading.Condition()

@@ -259,6 +259,19 @@ class Collection:
 
     # -- reads ------------------------------------------------------------------------------
 
+    def stats(self) -> dict[str, Any]:
+        """What the metrics report: items, log bytes, when the last snapshot was made."""
+        if self.damaged or self.index is None:
+            return {"damaged": True}
+        snap = self.path / f"snapshot-{self.generation}.idx"
+        when = snap if self.generation else self.path / "collection.json"
+        try:
+            t = when.stat().st_mtime
+        except OSError:
+            t = time.time()
+        return {"damaged": False, "items": len(self.index),
+                "wal_bytes": self._wal.size() if self._wal else 0, "snapshot_time": t}
+
     def describe(self) -> dict[str, Any]:
         index = self._index()  # DataLossError for a damaged collection
         c = self.config
