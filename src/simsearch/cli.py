@@ -34,8 +34,20 @@ def _data(args: argparse.Namespace) -> int:
     from . import datasets
     from .errors import DatasetUnavailableError
 
+    if args.action == "import":
+        from .errors import SimsearchError
+
+        try:
+            for path in args.names:
+                name, metric = datasets.import_hdf5(path, args.name)
+                print(f"{path}: imported as {name!r} (metric {metric}); "
+                      f"load with simsearch.datasets.load({name!r})")
+        except (SimsearchError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.action == "list":
-        for name in (*datasets.DENSE, *datasets.STRINGS):
+        for name in (*datasets.DENSE, *datasets.STRINGS, *datasets.imported()):
             cached = (
                 "cached"
                 if datasets.is_cached(name)
@@ -76,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         "names", nargs="+", metavar="NAME", help="glove-50, ml100k-svd, words or proteins"
     )
     dsub.add_parser("list", help="list datasets and whether they are cached")
+    im = dsub.add_parser("import", help="import ann-benchmarks HDF5 files (train/test/neighbors)")
+    im.add_argument("names", nargs="+", metavar="FILE.hdf5")
+    im.add_argument("--name", help="dataset name (default: the file's name without .hdf5)")
     da.set_defaults(func=_data)
 
     try:  # `simsearch serve` needs the service extra (grpcio)

@@ -336,6 +336,26 @@ def _holdout(n: int, n_queries: int, seed: int) -> tuple[np.ndarray, np.ndarray]
     return np.sort(perm[n_queries:]), np.sort(perm[:n_queries])
 
 
+def import_hdf5(path: str | os.PathLike, name: str | None = None) -> tuple[str, str]:
+    """Copy an ann-benchmarks HDF5 file into the cache as dataset ``name`` (default: the file's
+    stem), so ``load(name)`` and the bench runner read it. Returns (name, its metric)."""
+    from .annbench import read_dataset
+
+    f = read_dataset(path)
+    name = name or f.name
+    dest = cache_dir() / "imported" / f"{name}.npz"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(dest, lambda out: np.savez(out, base=f.train, queries=f.test,
+                                            neighbors=f.neighbors, metric=f.metric))
+    return name, f.metric
+
+
+def imported() -> list[str]:
+    """Names of the datasets imported with :func:`import_hdf5`."""
+    d = cache_dir() / "imported"
+    return sorted(p.stem for p in d.glob("*.npz")) if d.exists() else []
+
+
 def load(name: str, **params) -> Dataset:
     """Load a dense dataset by name.
 
@@ -359,7 +379,11 @@ def load(name: str, **params) -> Dataset:
             raise InvalidParameterError(f"ml100k-svd takes no parameters; got {sorted(params)}")
         with np.load(fetch(name)) as z:
             return Dataset(name, z["base"], z["queries"], {})
-    raise InvalidParameterError(f"unknown dense dataset {name!r}; known: {list(DENSE)}")
+    if name in imported():
+        with np.load(cache_dir() / "imported" / f"{name}.npz") as z:
+            return Dataset(name, z["base"], z["queries"], {"imported": str(z["metric"])})
+    raise InvalidParameterError(
+        f"unknown dense dataset {name!r}; known: {list(DENSE) + imported()}")
 
 
 @dataclass
