@@ -237,3 +237,13 @@ def tcp_probe(host: Host, ip: str, port: int, timeout: float = 1.0) -> bool:
     )
     r = host.exec([sys.executable, "-c", code, ip, str(port), str(timeout)], timeout=timeout + 20)
     return r.stdout.startswith("ok")
+
+
+def wait_for(pred, timeout: float = 15.0, every: float = 0.02) -> bool:
+    """Poll ``pred`` until it is true or ``timeout`` seconds pass; its last value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(every)
+    return pred()

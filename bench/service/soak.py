@@ -211,6 +211,21 @@ def run(args: argparse.Namespace) -> dict:
                     errors.append(f"search at {t:.1f}s: {type(exc).__name__}: {exc}")
                 time.sleep(0.05)
 
+    def until_done(call, what: str) -> bool:
+        """Call until it succeeds (False: stopped first); failures are counted, and reported
+        as errors outside the restart window."""
+        while not stop.is_set():
+            t = now()
+            try:
+                call()
+                return True
+            except Exception as exc:
+                series.fail(int(t))
+                if not in_window(t):
+                    errors.append(f"{what} at {t:.1f}s: {type(exc).__name__}: {exc}")
+                time.sleep(0.1)
+        return False
+
     def writer(w: int) -> None:
         col = connect(address, timeout=10).collection("soak")
         nxt = w * ID_SPACE
@@ -219,34 +234,17 @@ def run(args: argparse.Namespace) -> dict:
         while not stop.is_set():
             ids = np.arange(nxt, nxt + BATCH, dtype=np.int64)
             x = vectors_of(ids)
-            while not stop.is_set():  # retry until acknowledged: an upsert is idempotent
-                t = now()
-                try:
-                    col.add(x, ids, upsert=True)
-                    break
-                except Exception as exc:
-                    series.fail(int(t))
-                    if not in_window(t):
-                        errors.append(f"add at {t:.1f}s: {type(exc).__name__}: {exc}")
-                    time.sleep(0.1)
-            else:
+            t = now()
+            # an upsert is idempotent: retried until acknowledged
+            if not until_done(lambda x=x, ids=ids: col.add(x, ids, upsert=True), "add"):
                 return  # stopped before the ack: the batch is not counted as acknowledged
             live.extend(ids.tolist())
             series.write(int(t))
             nxt += BATCH
             while len(live) > args.window:
                 old = np.array(live[:BATCH], np.int64)
-                while not stop.is_set():
-                    t = now()
-                    try:
-                        col.remove(old, missing_ok=True)  # a retried remove may find them gone
-                        break
-                    except Exception as exc:
-                        series.fail(int(t))
-                        if not in_window(t):
-                            errors.append(f"remove at {t:.1f}s: {type(exc).__name__}: {exc}")
-                        time.sleep(0.1)
-                else:
+                # a retried remove may find them gone already
+                if not until_done(lambda old=old: col.remove(old, missing_ok=True), "remove"):
                     return
                 del live[:BATCH]
             time.sleep(pause)

