@@ -150,25 +150,6 @@ def _apply(index: Index, rec: walmod.Record) -> None:
         raise ValueError(f"unknown log op {rec.op}")
 
 
-def _release_free_memory() -> None:
-    """Hand the heap's free pages back to the OS (glibc). A snapshot allocates and frees a copy of
-    the index in whichever server thread ran the write; the soak saw the server's resident memory
-    step up by that much at each snapshot while an in-process loop stayed flat."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            import ctypes
-
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim = None
-
-
 def _read_config(path: Path) -> dict:
     """A collection's collection.json, checked: ValueError if it is not one."""
     config = json.loads(path.read_text())
@@ -393,7 +374,6 @@ class Collection:
         for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log"):
             (self.path / f).unlink(missing_ok=True)
         fsync_dir(self.path)
-        _release_free_memory()
         log.info("collection %s: snapshot generation %d (%d items)", self.name, g, len(self.index))
 
     def export_bytes(self, deadline: float | None = None) -> bytes:
