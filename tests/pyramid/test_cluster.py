@@ -71,6 +71,7 @@ def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, da
     cmap = json.loads((cl.dir / "cluster.json").read_text())
     assert cmap["replicas"] == 2 and len(cmap["shards"]) == 3
     # a shard dies: no failed query, same answers (routed to the surviving replicas)
+    old = cl.pid("shard-0")  # read before the kill: the supervisor may restart it within 1 s
     cl.signal_shard(0, signal.SIGKILL)
     for _ in range(5):
         np.testing.assert_array_equal(col.search(queries, K, branching=24).ids,
@@ -78,7 +79,6 @@ def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, da
     # writes while it is down reach the other replica; it catches up when restarted
     col.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
     ref.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
-    old = cl.pid("shard-0")
     wait_until(lambda: cl.pid("shard-0") != old)  # the supervisor restarts it
     wait_until(lambda: not json.loads((cl.dir / "cluster.json").read_text())["out_of_sync"])
     cl.signal_shard(1, signal.SIGKILL)  # now only the recovered copies can answer for some parts
