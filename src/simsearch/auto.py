@@ -225,13 +225,25 @@ class AutoIndex(Index):
         if c.knob is not None:  # tune again at full size against the exact answers
             m = int((~late).sum())
             truth_full = _flat_truth(x[~late], q_eval, min(k, m), self.metric, ids[~late])
+            def rec_at(val):
+                return _recall(inner.search(q_eval, min(k, m), **{c.knob: val}).ids, truth_full)
+
             start = c.grid.index(best[1])
+            lo = _knob_value(c, c.grid[start - 1], n) if start else 1
             for v in c.grid[start:]:
-                val = _knob_value(c, v, n)
-                rec = _recall(inner.search(q_eval, min(k, m), **{c.knob: val}).ids, truth_full)
-                defaults = {c.knob: val}
+                hi = _knob_value(c, v, n)
+                rec = rec_at(hi)
                 if rec >= target:
                     break
+                lo = hi
+            while hi - lo > max(1, hi // 16):  # bisect the integer knob between the grid steps
+                mid = (lo + hi) // 2
+                r = rec_at(mid)
+                if r >= target:
+                    hi, rec = mid, r
+                else:
+                    lo = mid
+            defaults = {c.knob: hi}
             lines.append(f"chose {best[0]}: the lowest estimated cost at the target; tuned on all "
                          f"{n} items to {c.knob}={defaults[c.knob]} (held-out recall, 95% lower "
                          f"bound: {rec:.3f})")
