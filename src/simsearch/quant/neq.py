@@ -157,14 +157,15 @@ class NEQIndex(Index):
 
     Search parameters (per call): ``rerank`` (R, default 0: return the scan's estimates; R > 0
     with keep_vectors re-scores the scan's best max(R, k) exactly), ``n_threads`` (1; -1 all),
-    ``n_probe`` (with n_lists: scan only the n_probe lists whose centroids have the largest
-    inner product with the query; default all lists, i.e. exhaustive).
+    ``n_probe`` (with n_lists: scan only the n_probe best-ranked lists; default all lists, i.e.
+    exhaustive), ``list_ranking`` ("norm", default: by the list's largest norm times q·c;
+    "centroid": by q·c alone).
     Supports remove(). Searches may run concurrently; writes are serialized.
     """
 
     metrics = ("ip",)
     needs_training = True
-    search_params = frozenset({"rerank", "n_threads", "n_probe"})
+    search_params = frozenset({"rerank", "n_threads", "n_probe", "list_ranking"})
 
     def __init__(
         self, dim: int, metric: str = "ip", base: str = "pq", n_codebooks: int = 4,
@@ -200,6 +201,9 @@ class NEQIndex(Index):
         self.keep_vectors, self.progress = keep_vectors, progress
         self.n_lists, self.seed = n_lists, seed
         self._centroids = np.zeros((n_lists, dim), np.float32)
+        # per list: the largest norm of anything added (removes do not lower it: a stale
+        # maximum only ranks a list a little high)
+        self._list_norm = np.zeros(n_lists, np.float32)
         self.n_direction_codebooks = n_codebooks - 1
         self.quantizer_dim = padded_dim(dim, self.n_direction_codebooks, base)
         self._dq = make_quantizer_index(
@@ -327,6 +331,7 @@ class NEQIndex(Index):
         km = faiss.Kmeans(self.dim, self.n_lists, niter=20, spherical=True, seed=self.seed)
         km.train(np.ascontiguousarray(u, np.float32))
         self._centroids = np.ascontiguousarray(km.centroids, np.float32)
+        self._list_norm = np.zeros(self.n_lists, np.float32)
         log.info("NEQ-%s: %d coarse lists on %d directions", self.base, self.n_lists, len(u))
 
     def assign_lists(self, x: np.ndarray) -> np.ndarray:
@@ -357,12 +362,15 @@ class NEQIndex(Index):
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
         codes, rel = self.encode_directions(x)
         nc = encode_norm(rel, self._norm_codebook)
+        lists = self.assign_lists(x)
+        if self.n_lists:
+            np.maximum.at(self._list_norm, lists, np.linalg.norm(x, axis=1).astype(np.float32))
         it = self._items
         self._items = self._grouped(
             np.concatenate([it.codes, codes]), np.concatenate([it.norm_codes, nc]),
             np.concatenate([it.ids, ids]),
             np.concatenate([it.x, x]) if self.keep_vectors else None,
-            np.concatenate([it.lists, self.assign_lists(x)]),
+            np.concatenate([it.lists, lists]),
         )  # fmt: skip
 
     def _remove(self, ids: np.ndarray) -> None:
@@ -372,12 +380,23 @@ class NEQIndex(Index):
                                     it.x[keep] if it.x is not None else None,
                                     it.lists[keep])  # fmt: skip
 
-    def _probes(self, q: np.ndarray, n_probe: int | None) -> np.ndarray | None:
-        """The n_probe lists of largest centroid inner product per query (int64 (nq, n_probe)),
-        or None to scan everything."""
+    def _probes(self, q: np.ndarray, n_probe: int | None,
+                ranking: str = "norm") -> np.ndarray | None:
+        """The n_probe lists to scan per query (int64 (nq, n_probe)), or None to scan all.
+
+        ``ranking="norm"`` (default) orders lists by R·(q·c): the list's largest norm R times the
+        query's inner product with its centroid c, an estimate of the best q·x in the list that,
+        as NR-LSH's ranking across norm ranges does, lets a list of large vectors a little off the
+        query's direction outrank a list of small ones right on it. ``"centroid"`` is q·c alone.
+        (A strict cone bound, |q| R cos(max(0, angle(q, c) - widest item angle)), was measured
+        too: spherical k-means lists are 60-70 degrees wide, so it ranks by R alone and lost to
+        both; docs/bench-quant.md.)"""
         if n_probe is None:
             return None
         n_probe = check_int("n_probe", n_probe, 1)
+        if ranking not in ("norm", "centroid"):
+            raise InvalidParameterError(
+                f"list_ranking must be 'norm' or 'centroid'; got {ranking!r}")
         if not self.n_lists:
             raise InvalidParameterError(
                 f"n_probe={n_probe} needs a coarse partition; build with n_lists > 0"
@@ -385,11 +404,13 @@ class NEQIndex(Index):
         if n_probe >= self.n_lists:
             return None
         s = q @ self._centroids.T
+        if ranking == "norm":
+            s = s * self._list_norm[None, :]
         return np.argpartition(-s, n_probe - 1, axis=1)[:, :n_probe].astype(np.int64)
 
     def _search(
         self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1,
-        n_probe: int | None = None,
+        n_probe: int | None = None, list_ranking: str = "norm",
     ) -> SearchResult:  # fmt: skip
         # more candidates than items only costs memory: the cap is the item count
         rerank = min(check_int("rerank", rerank, 0), len(self))
@@ -401,7 +422,7 @@ class NEQIndex(Index):
             raise InvalidParameterError(
                 f"rerank={rerank} needs the raw vectors; build with keep_vectors=True"
             )
-        probes = self._probes(q, n_probe)
+        probes = self._probes(q, n_probe, list_ranking)
         it = self._items
         kk = max(k, rerank)
         lut = self.lookup_tables(q)
@@ -439,6 +460,7 @@ class NEQIndex(Index):
         if self.n_lists:
             arrays["centroids"] = self._centroids
             arrays["lists"] = it.lists
+            arrays["list_norm"] = self._list_norm
         if it.x is not None:
             arrays["x"] = it.x
         return {}, arrays
@@ -470,6 +492,8 @@ class NEQIndex(Index):
             if n and (lists.min() < 0 or lists.max() >= self.n_lists or np.any(np.diff(lists) < 0)):
                 raise InvalidParameterError("saved coarse lists out of range or not grouped")
             self._centroids = cen
+            # a file from before the norm ranking has no maxima: equal ones rank by q·c
+            self._list_norm = np.array(arrays.get("list_norm", np.ones(self.n_lists)), np.float32)
         self._norm_codebook = ncb
         if self._is_trained:
             self._extract_tables()
