@@ -42,3 +42,15 @@ def test_memory_budget_and_bad_settings(longtail):
         ss.create_index("auto", 8, "ip", candidates=("nope",))
     with pytest.raises(InvalidParameterError, match="target_recall"):
         ss.create_index("auto", 8, "ip", target_recall=1.5)
+
+
+def test_a_scan_budget_grows_with_the_index(longtail):
+    base, queries = longtail
+    idx = ss.auto_index(base[:2000], "ip", target_recall=0.9, queries=queries[:50],
+                        progress=False, candidates=("norm-scan",))
+    idx.add(base[2000:])  # four times the items the budget was tuned on
+    flat = ss.FlatIndex(24, "ip")
+    flat.add(base)
+    got, truth = idx.search(queries[50:], 10).ids, flat.search(queries[50:], 10).ids
+    rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+    assert rec >= 0.85, (rec, idx.report)

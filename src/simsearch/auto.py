@@ -59,9 +59,12 @@ def _memory(c: Candidate, n: int, dim: int) -> float:
     return n * (dim * 4 + c.bytes_per_item)
 
 
+_SCAN_KNOBS = ("max_items", "n_probe_items")
+
+
 def _knob_value(c: Candidate, v: Any, n: int) -> Any:
     """Fractional grid values of scan-like knobs become item counts at size n."""
-    if c.knob in ("max_items", "n_probe_items"):
+    if c.knob in _SCAN_KNOBS:
         return max(10, int(math.ceil(v * n)))
     return v
 
@@ -251,6 +254,9 @@ class AutoIndex(Index):
             lines.append(f"chose {best[0]}: the lowest estimated cost at the target (exact)")
         if late.any():
             inner.add(x[late], ids[late])
+        if c.knob in _SCAN_KNOBS and defaults:
+            # a scan budget is a share of the items: kept as a fraction, so it grows with the index
+            defaults = {c.knob: defaults[c.knob] / n}
         self._inner, self._defaults = inner, defaults
         self.report = "\n".join(lines)
 
@@ -272,7 +278,9 @@ class AutoIndex(Index):
             raise InvalidParameterError(
                 f"the chosen index ({inner.kind}) takes {sorted(inner.search_params)}; got "
                 f"{sorted(extra)}")
-        return inner.search(q, k, **{**self._defaults, **params})
+        defaults = {name: (max(10, math.ceil(v * len(inner))) if name in _SCAN_KNOBS else v)
+                    for name, v in self._defaults.items()}
+        return inner.search(q, k, **{**defaults, **params})
 
     def _get_state(self):
         meta = {"defaults": self._defaults, "report": self.report}
