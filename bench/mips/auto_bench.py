@@ -1,0 +1,100 @@
+"""The "done" table of issue 14: ``auto_index`` against the peers a MIPS user would tune by hand.
+
+    python bench/mips/auto_bench.py [--targets 0.9 0.95] [--longtail-n 200000]
+
+Per dataset (ml100k-svd, glove-50 cut to 100,000 base words, synthetic-longtail) and per recall@10
+target, one thread: hnswlib, faiss HNSW, ScaNN and the plain norm-first scan each sweep their knob
+and the fastest setting reaching the target is kept; ``auto_index`` is given every fifth query as
+its sample and every method is scored on the other four fifths (held out from auto's tuning).
+The peers' builds and sweeps are the demo's (src/simsearch/demo.py), so the two tables agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from simsearch import auto_index, datasets
+from simsearch.demo import K, _methods, _sweep
+from simsearch.eval import markdown_table, thread_limit
+
+PEERS = ("hnswlib (ip-NSW)", "faiss HNSW", "ScaNN (tree, AH, reorder)", "norm-scan (budget)")
+
+
+def log(msg: str) -> None:
+    print(f"[auto_bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run(name: str, params: dict, targets: list[float]) -> list[dict]:
+    ds = datasets.load(name, **params)
+    gt_ids, gt_scores = ds.ground_truth("ip", k=K)
+    n, d = ds.base.shape
+    sample = np.zeros(len(ds.queries), bool)
+    sample[::5] = True
+    held = SimpleNamespace(queries=np.ascontiguousarray(ds.queries[~sample]), base=ds.base)
+    gt = (gt_ids[~sample], gt_scores[~sample])
+    log(f"{name}: {n:,} x {d}; {sample.sum()} sample queries, {len(held.queries)} held out")
+    fr = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75]
+    sweeps = {}
+    for label, build, knob, values in _methods(d, n):
+        if label not in PEERS:
+            continue
+        if label == "norm-scan (budget)":
+            values = sorted({max(K, int(f * n)) for f in fr})
+        elif knob == "ef":
+            values = [*values, 640]
+        t = time.perf_counter()
+        search = build(ds.base)
+        log(f"{name}: {label} built in {time.perf_counter() - t:.1f} s")
+        with thread_limit(1):
+            sweeps[label] = _sweep(label, search, knob, values, held, gt)
+    rows = []
+    for target in targets:
+        best_peer = 0.0
+        for label, sw in sweeps.items():
+            ok = [r for r in sw if r["recall@10"] >= target]
+            r = max(ok, key=lambda r: r["QPS (1 thread)"]) if ok else max(
+                sw, key=lambda r: r["recall@10"])
+            rows.append({"dataset": name, "target": target, "index": label,
+                         "params": r["params"] if ok else f"{r['params']} (below target)",
+                         "recall@10": r["recall@10"], "QPS (1 thread)": r["QPS (1 thread)"]})
+            if ok:
+                best_peer = max(best_peer, r["QPS (1 thread)"])
+        t = time.perf_counter()
+        auto = auto_index(ds.base, "ip", target_recall=target, k=K, progress=False,
+                          queries=ds.queries[sample], sample_size=min(n, 20_000))
+        took = time.perf_counter() - t
+        log(f"{name} @ {target}: auto chose {auto.chosen} in {took:.0f} s")
+        with thread_limit(1):
+            (r,) = _sweep("auto", lambda q, v, a=auto: a.search(q, K).ids, "-", [None], held, gt)
+        ratio = r["QPS (1 thread)"] / best_peer if best_peer else float("nan")
+        rows.append({"dataset": name, "target": target, "index": f"auto -> {auto.chosen}",
+                     "params": f"built in {took:.0f} s",
+                     "recall@10": r["recall@10"], "QPS (1 thread)": r["QPS (1 thread)"],
+                     "vs best peer": ratio})
+        print(f"\n### auto_index report, {name}, target {target}\n{auto.report}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=float, nargs="+", default=[0.9, 0.95])
+    ap.add_argument("--longtail-n", type=int, default=200_000)
+    ap.add_argument("--datasets", nargs="+",
+                    default=["ml100k-svd", "glove-50", "synthetic-longtail"])
+    a = ap.parse_args()
+    loads = {"ml100k-svd": {}, "glove-50": {"n_base": 100_000, "n_queries": 1000},
+             "synthetic-longtail": {"n": a.longtail_n}}
+    rows = []
+    for name in a.datasets:
+        rows += run(name, loads[name], a.targets)
+    print("\n" + markdown_table(rows, ["dataset", "target", "index", "params", "recall@10",
+                                       "QPS (1 thread)", "vs best peer"]))
+
+
+if __name__ == "__main__":
+    main()
