@@ -145,10 +145,16 @@ class ShardPool:
     # -- health -----------------------------------------------------------------------------
 
     def _probe(self, sid: int) -> bool:
+        """True if the shard answers its health check with SERVING; a failed probe is logged
+        (the shard is then routed around, and re-checked every health interval)."""
         try:
-            return self._probes[sid].health() == "SERVING"
-        except Exception:
+            status = self._probes[sid].health()
+        except Exception as exc:  # any failure to answer means "not serving"; say which
+            log.debug("health probe of shard %d failed: %r", sid, exc)
             return False
+        if status != "SERVING":
+            log.debug("shard %d reports %s", sid, status)
+        return status == "SERVING"
 
     def _reread_map(self) -> None:
         """Take the owner's replica states (out of sync / back in sync) from the map file."""
@@ -288,24 +294,44 @@ class RemotePart:
     # -- writes -----------------------------------------------------------------------------
 
     def _write_all(self, fn) -> None:
+        """Apply a write on every in-sync replica; wait for all of them before deciding.
+
+        A replica that failed (transient error, or any error while a peer took the write) is
+        marked out of sync so recovery re-copies it; the write raises only when no replica took
+        it -- a request error every replica refused leaves the part unchanged (docs/cluster.md)."""
         from ..service.errors import ServiceError, ServiceUnavailableError
 
         with self.write_lock:
             targets = [s for s in self.shards if self.pool.in_sync(self.name, s)]
             futs = {s: self.pool.executor.submit(fn, self._col(s)) for s in targets}
-            ok = 0
+            ok: list[int] = []
+            failed: dict[int, BaseException] = {}
             for s, f in futs.items():
                 try:
                     f.result()
-                    ok += 1
-                except ServiceError as exc:
-                    if exc.code not in _TRANSIENT:
-                        raise
+                    ok.append(s)
+                except Exception as exc:  # judged below, after every replica answered
+                    failed[s] = exc
+            refused = None  # the first request error (not a replica failure)
+            for s, exc in failed.items():
+                transient = not isinstance(exc, ServiceError) or exc.code in _TRANSIENT
+                if transient:
+                    log.warning("write to %s on shard %d failed: %r", self.name, s, exc)
                     self.pool.mark_down(s)
                     self.pool.mark_out_of_sync(self.name, s)
-            if not ok:
-                raise ServiceUnavailableError(
-                    f"no in-sync replica of part {self.name} took the write; retry later")
+                elif ok:  # a peer took it: this replica now differs
+                    log.warning("shard %d refused a write to %s that shard %d took: %r",
+                                s, self.name, ok[0], exc)
+                    self.pool.mark_out_of_sync(self.name, s)
+                elif refused is None:
+                    refused = exc
+            if ok:
+                return
+            if refused is not None:
+                raise refused
+            raise ServiceUnavailableError(
+                f"no in-sync replica of part {self.name} took the write "
+                f"(failed on shards {sorted(failed)}); retry later")
 
     def add(self, x: np.ndarray, ids: np.ndarray) -> None:
         self._write_all(lambda col: col.add(x, ids, upsert=True))
