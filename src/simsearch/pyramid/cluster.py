@@ -240,7 +240,7 @@ class ShardPool:
     # -- parts ------------------------------------------------------------------------------
 
     def make_parts(self, index, n_parts: int) -> list[RemotePart]:
-        """The parts factory handed to PyramidIndex (see set_parts_factory)."""
+        """The parts factory handed to PyramidIndex (its ``parts_factory``)."""
         if index.part_prefix is None:
             raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
         out = []
@@ -503,17 +503,11 @@ def load_router(data: bytes, pool: ShardPool):
     import tempfile
 
     from ..index import load
-    from . import index as index_mod
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "router.idx"
         path.write_bytes(data)
-        previous = index_mod._parts_factory
-        index_mod.set_parts_factory(pool.make_parts)
-        try:
-            return load(path)
-        finally:
-            index_mod.set_parts_factory(previous)
+        return load(path, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
 
 
 def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
@@ -531,10 +525,9 @@ def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
 # ---------------------------------------------------------------------------------------------
 # the coordinator: the node service over a store of clustered PyramidIndex collections
 
-_POOL: ShardPool | None = None
-
-
-def _coordinator_store_classes():
+def _coordinator_store_classes(pool: ShardPool):
+    """The node's Store whose pyramid collections keep their parts on ``pool``'s shards."""
+    from ..index import load
     from ..service.store import Collection, Store
     from .index import PyramidIndex
 
@@ -545,7 +538,11 @@ def _coordinator_store_classes():
                 raise SimsearchError(f"a coordinator holds pyramid collections; got {c['kind']!r}")
             idx = PyramidIndex(c["dim"], c["metric"], **c["params"])
             idx.part_prefix = self.name
+            idx.parts_factory = pool.make_parts
             return idx
+
+        def _load_index(self, path):
+            return load(path, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
 
         def train(self, x, deadline=None):
             super().train(x, deadline)
@@ -587,9 +584,6 @@ def _coordinator_store_classes():
 def run_coordinator(args: argparse.Namespace) -> int:
     from ..eval import thread_limit
     from ..service.server import _write_ready_file, create_server
-    from .index import set_parts_factory
-
-    global _POOL
     if not args.follow and not args.data_dir:
         print("a leader coordinator needs --data-dir (its router store); "
               "a follower needs --follow LEADER", file=sys.stderr)
@@ -602,18 +596,17 @@ def run_coordinator(args: argparse.Namespace) -> int:
     with thread_limit(args.threads):
         token = Path(args.shard_token_file).read_text().strip() if args.shard_token_file \
             else None
-        _POOL = ShardPool(args.cluster_dir, health_interval=args.health_interval, token=token,
-                          tls_ca=args.shard_tls_ca, read_only=bool(args.follow))
-        set_parts_factory(_POOL.make_parts)
+        pool = ShardPool(args.cluster_dir, health_interval=args.health_interval, token=token,
+                         tls_ca=args.shard_tls_ca, read_only=bool(args.follow))
         if args.follow:  # reads from a copy of the leader's routers, writes forwarded
             from .follower import FollowerStore
 
             leader_token = Path(args.follow_token_file).read_text().strip() \
                 if args.follow_token_file else None
-            store = FollowerStore(args.follow, _POOL, refresh_interval=args.refresh_interval,
+            store = FollowerStore(args.follow, pool, refresh_interval=args.refresh_interval,
                                   token=leader_token, tls_ca=args.follow_tls_ca)
         else:
-            store = _coordinator_store_classes()(args.data_dir)
+            store = _coordinator_store_classes(pool)(args.data_dir)
         from ..service.auth import load_tokens
 
         running = create_server(
@@ -626,7 +619,7 @@ def run_coordinator(args: argparse.Namespace) -> int:
         while not stop.wait(1.0):
             pass
         running.stop(5.0)
-        _POOL.close()
+        pool.close()
     return 0
 
 
