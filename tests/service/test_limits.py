@@ -169,3 +169,26 @@ def test_a_small_request_cannot_ask_for_a_huge_answer(server_factory):
     local.add(np.zeros((100, 16), np.float32) + np.arange(100)[:, None])
     with pytest.raises(ss.errors.InvalidParameterError, match="SIMSEARCH_MAX_RESULT_ENTRIES"):
         local.search(q, 100_000)
+
+
+def test_id_lists_are_bounded_by_their_decoded_size(server_factory):
+    """Small ids pack to 1 byte each but decode to 8: an add or remove whose ids would decode
+    past the message limit is RESOURCE_EXHAUSTED before the copy, and nothing changes."""
+    limit = 256 << 10
+    server = server_factory("--max-message-bytes", str(limit))
+    client = server.client(timeout=30)
+    col = client.create_collection("ids", 4, "l2", "flat")
+    col.add(np.eye(4, dtype=np.float32), ids=[1, 2, 3, 4])
+    stub = pb_grpc.SimSearchStub(grpc.insecure_channel(server.address))
+    many = [1] * (limit // 8 + 1)  # ~33 KB on the wire, ~256 KiB decoded
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.Remove(pb.RemoveRequest(collection="ids", ids=many, missing_ok=True), timeout=30)
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value.details()
+    assert "message limit" in ei.value.details()
+    add = pb.AddRequest(collection="ids", vectors=convert.to_matrix(np.ones((1, 4), np.float32)),
+                        ids=many)
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.Add(add, timeout=30)
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value.details()
+    assert len(col) == 4  # nothing removed or added
+    assert col.remove([1, 2]) == 2  # a normal remove still works

@@ -152,6 +152,7 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     def Add(self, request, context, deadline):
         col = self.store.get(request.collection)
         x = convert.from_matrix(request.vectors, col.config["dim"])
+        self._check_decoded_ids(len(request.ids))
         ids = None if request.auto_ids else np.asarray(request.ids, dtype=np.int64)
         out = col.add(x, ids, upsert=request.upsert, deadline=deadline)
         return pb.AddResponse(ids=out.tolist())
@@ -159,9 +160,20 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def Remove(self, request, context, deadline):
         col = self.store.get(request.collection)
+        self._check_decoded_ids(len(request.ids))
         n = col.remove(np.asarray(request.ids, dtype=np.int64), deadline=deadline,
                        missing_ok=request.missing_ok)
         return pb.RemoveResponse(removed=n)
+
+    def _check_decoded_ids(self, n: int) -> None:
+        """Ids arrive as varints (1 byte each for small ids) but decode to 8 bytes: refuse a list
+        whose decoded size passes the message limit before copying it (docs/service.md, Limits)."""
+        if n * 8 > self.max_message_bytes:
+            raise ResourceExhaustedError(
+                f"{n} ids decode to {n * 8} bytes, over the server's message limit of "
+                f"{self.max_message_bytes}; send fewer ids per call (the Python client splits "
+                "batches for you)"
+            )
 
     @_rpc
     def Search(self, request, context, deadline):
