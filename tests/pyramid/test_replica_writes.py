@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("grpc")
 
-from simsearch.pyramid.cluster import RemotePart  # noqa: E402
+from simsearch.pyramid.datapath import RemotePart  # noqa: E402
 from simsearch.service.errors import (  # noqa: E402
     ServiceError,
     ServiceUnavailableError,
