@@ -26,6 +26,26 @@ log = logging.getLogger(__name__)
 
 #: the calling request's absolute deadline (time.monotonic()), read by remote parts
 DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+
+# -- hedging and deadline settings (docs/cluster.md, "Failures and stragglers"), named here so
+# they are tuned in one place; ShardPool's hedge_fraction (extra calls per primary call) is the
+# constructor's knob.
+#: hedge budget: tokens at start-up and the most that can be saved up (one token = one hedge)
+HEDGE_TOKENS_START = 10.0
+HEDGE_TOKENS_MAX = 20.0
+#: a part's hedge delay is the p95 of its last LATENCY_WINDOW primary calls, recomputed every
+#: P95_EVERY calls once P95_MIN_SAMPLES are known (a percentile per call cost 15 % of the CPU),
+#: never below P95_FLOOR seconds, and HEDGE_DELAY_UNKNOWN seconds before that
+LATENCY_WINDOW = 256
+P95_EVERY = 16
+P95_MIN_SAMPLES = 20
+P95_FLOOR = 0.002
+HEDGE_DELAY_UNKNOWN = 0.05
+#: a part call's deadline leaves the coordinator this share of the time left (at most
+#: DEADLINE_MARGIN_MAX seconds) to merge the parts and answer
+DEADLINE_MARGIN_SHARE = 0.1
+DEADLINE_MARGIN_MAX = 0.2
+
 _TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
 
 
@@ -78,10 +98,10 @@ class ShardPool:
         self.parts: dict[str, RemotePart] = {}
         self._lock = threading.RLock()
         self._lat: dict[str, collections.deque] = collections.defaultdict(
-            lambda: collections.deque(maxlen=256))
+            lambda: collections.deque(maxlen=LATENCY_WINDOW))
         self._n_rec: collections.Counter = collections.Counter()
         self._p95: dict[str, float] = {}
-        self._hedge_tokens = 10.0
+        self._hedge_tokens = HEDGE_TOKENS_START
         self.hedge_fraction = hedge_fraction
         self.hedges = 0
         self.executor = ThreadPoolExecutor(64, thread_name_prefix="pyramid-rpc")
@@ -193,15 +213,15 @@ class ShardPool:
         lat = self._lat[name]
         lat.append(seconds)
         with self._lock:  # every primary call earns a fraction of a hedge
-            self._hedge_tokens = min(20.0, self._hedge_tokens + self.hedge_fraction)
+            self._hedge_tokens = min(HEDGE_TOKENS_MAX, self._hedge_tokens + self.hedge_fraction)
             self._n_rec[name] += 1
-            due = self._n_rec[name] % 16 == 0 and len(lat) >= 20
-        if due:  # a percentile per call cost 15 % of a coordinator's CPU
-            self._p95[name] = max(0.002, float(np.percentile(np.fromiter(lat, float), 95)))
+            due = self._n_rec[name] % P95_EVERY == 0 and len(lat) >= P95_MIN_SAMPLES
+        if due:
+            self._p95[name] = max(P95_FLOOR, float(np.percentile(np.fromiter(lat, float), 95)))
 
     def hedge_delay(self, name: str) -> float:
-        """When to hedge a call to part ``name``: its recent p95 latency (50 ms until known)."""
-        return self._p95.get(name, 0.05)
+        """When to hedge a call to part ``name``: its recent p95 latency."""
+        return self._p95.get(name, HEDGE_DELAY_UNKNOWN)
 
     def take_hedge(self) -> bool:
         with self._lock:
@@ -389,7 +409,8 @@ class _PartCall:
         self.cands = cands
         deadline = DEADLINE.get()
         if deadline is not None:  # leave the coordinator time to merge and answer
-            deadline -= min(0.2, 0.1 * max(0.0, deadline - time.monotonic()))
+            deadline -= min(DEADLINE_MARGIN_MAX,
+                            DEADLINE_MARGIN_SHARE * max(0.0, deadline - time.monotonic()))
         self.deadline = deadline
         self.request = (q, k, convert.dump_params(params))
         self.done = done
