@@ -283,12 +283,9 @@ class RemotePart:
                 self.pool.mark_out_of_sync(self.name, sid)
 
     def _col(self, sid: int):
-        from ..service.client import RemoteCollection
-
-        pb = self.pool.clients[sid]._pb
         c = self.config
-        return RemoteCollection(self.pool.clients[sid], pb.CollectionInfo(
-            name=self.name, dim=c["dim"], metric=c["metric"], kind=c["kind"]))
+        return self.pool.clients[sid].collection_handle(self.name, c["dim"], c["metric"],
+                                                        c["kind"])
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -422,26 +419,16 @@ class _PartCall:
         self.hedged = False
 
     def _call(self, sid: int, hedge: bool) -> None:
-        from ..service import convert
-        from ..service.client import error_from
-
         pool, (q, k, pj) = self.pool, self.request
         cli = pool.clients[sid]
         timeout = cli.timeout if self.deadline is None else max(
             0.001, self.deadline - time.monotonic())
         t0 = time.monotonic()
-        # a blocking call on a pooled thread: grpc's future API starts a thread per call on an
-        # idle channel, which cost more than the pool's hand-off
-        try:
-            resp = cli._stub.Search(cli._pb.SearchRequest(
-                collection=self.part.name, queries=convert.to_matrix(q), k=k, params_json=pj),
-                timeout=timeout, metadata=cli._metadata)
+        try:  # blocking, on the pool's thread (see Client.search_once)
+            out = cli.search_once(self.part.name, q, k, pj, timeout=timeout)
             if not hedge:
                 pool.record(self.part.name, time.monotonic() - t0)
-            out = convert.from_search_response(resp)
-        except cli._grpc.RpcError as err:
-            out = error_from(err)
-        except Exception as exc:
+        except Exception as exc:  # typed ServiceError from the shard, or any local failure
             out = exc
         with self.lock:
             self.box.append((sid, out))
