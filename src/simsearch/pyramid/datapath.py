@@ -246,7 +246,7 @@ class ShardPool:
         for j in range(n_parts):
             name = f"{index.part_prefix}.p{j}"
             part = RemotePart(self, name, placement(j, self.n_shards, self.replicas), {
-                "dim": index.dim, "metric": index.metric, "kind": index._params["sub_index"],
+                "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
                 "params": index.sub_params})
             self.parts[name] = part
             out.append(part)

@@ -217,6 +217,7 @@ class PyramidIndex(Index):
         )
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
+        self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
         self.search_params = PyramidIndex.search_params | sub_cls.search_params
         self._sub_search = frozenset(sub_cls.search_params)
         self.spherical = metric in ("ip", "cosine")
