@@ -578,8 +578,9 @@ def read_index_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray
     return header, arrays
 
 
-def load(path: str | os.PathLike) -> Index:
-    """Open any saved index; its class is read from the file's header."""
+def load(path: str | os.PathLike, setup: Callable[[Index], None] | None = None) -> Index:
+    """Open any saved index; its class is read from the file's header. ``setup`` is called on
+    the new object before its state is restored (a cluster coordinator sets its parts factory)."""
     header, arrays = read_index_file(path)
     try:
         cls = index_class(header["class"])
@@ -589,6 +590,8 @@ def load(path: str | os.PathLike) -> Index:
         ) from None
     try:
         idx = cls(header["dim"], metric=header["metric"], **header["params"])
+        if setup is not None:
+            setup(idx)
         ids = arrays.pop("__ids__")
         idx._idset = IdSet(ids.copy(), header["next_id"])
         idx._is_trained = header["trained"]

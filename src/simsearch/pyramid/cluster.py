@@ -24,8 +24,6 @@ replica (ExportCollection / ImportCollection) under the part's write lock before
 from __future__ import annotations
 
 import argparse
-import collections
-import contextvars
 import json
 import logging
 import os
@@ -34,481 +32,27 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from ..errors import SimsearchError
-from ..index import SearchResult
+from .datapath import (  # noqa: F401  (re-exported)
+    DEADLINE,
+    RemotePart,
+    ShardPool,
+    _atomic_json,
+    load_router,
+    open_router,
+    placement,
+)
 
 log = logging.getLogger(__name__)
-
-#: the calling request's absolute deadline (time.monotonic()), read by remote parts
-DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
-_TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
-
-
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def placement(part: int, n_shards: int, replicas: int) -> list[int]:
-    """Shards holding ``part``: consecutive shards, so no server holds two replicas of a part."""
-    return [(part + i) % n_shards for i in range(replicas)]
-
-
-# ---------------------------------------------------------------------------------------------
-# the shard pool: clients, health, sync state, latency
-
-
-class ShardPool:
-    """Connections to the shard servers of a cluster map, their health and replica state."""
-
-    def __init__(self, cluster_dir: str | os.PathLike, timeout: float = 30.0,
-                 health_interval: float = 0.2, hedge_fraction: float = 0.1,
-                 token: str | None = None, tls_ca: str | None = None, read_only: bool = False):
-        """``read_only``: a reader of a map another process owns (follower coordinators,
-        client-side routers): it never writes the map, creates parts or re-copies replicas, and
-        re-reads the owner's replica states from the map as they change."""
-        from functools import partial
-
-        from ..service.client import connect as _connect
-
-        connect = partial(_connect, token=token, tls_ca=tls_ca)  # shards behind auth / TLS
-
-        self.dir = Path(cluster_dir)
-        self.map_path = self.dir / "cluster.json"
-        self.read_only = read_only
-        self.map = json.loads(self.map_path.read_text())
-        self._map_mtime = self.map_path.stat().st_mtime_ns
-        self.n_shards = len(self.map["shards"])
-        self.replicas = int(self.map["replicas"])
-        self.clients = {s["id"]: connect(s["address"], timeout=timeout) for s in self.map["shards"]}
-        self._probes = {s["id"]: connect(s["address"], timeout=max(0.2, health_interval * 2))
-                        for s in self.map["shards"]}
-        self.out_of_sync: dict[str, set[int]] = {
-            k: set(v) for k, v in self.map.get("out_of_sync", {}).items()}
-        self.up = {sid: False for sid in self.clients}
-        self.parts: dict[str, RemotePart] = {}
-        self._lock = threading.RLock()
-        self._lat: dict[str, collections.deque] = collections.defaultdict(
-            lambda: collections.deque(maxlen=256))
-        self._n_rec: collections.Counter = collections.Counter()
-        self._p95: dict[str, float] = {}
-        self._hedge_tokens = 10.0
-        self.hedge_fraction = hedge_fraction
-        self.hedges = 0
-        self.executor = ThreadPoolExecutor(64, thread_name_prefix="pyramid-rpc")
-        self.health_interval = health_interval
-        self._stop = threading.Event()
-        self._recovering: set[int] = set()
-        self.slow_until: dict[int, float] = {}  # shard -> until when reads prefer its peers
-        self.slow_penalty = 1.0
-        for sid in self.clients:  # first look: serve from whoever is up now
-            self.up[sid] = self._probe(sid)
-        self._watcher = threading.Thread(target=self._watch, name="pyramid-health", daemon=True)
-        self._watcher.start()
-
-    # -- map --------------------------------------------------------------------------------
-
-    def _save_map(self) -> None:
-        if self.read_only:
-            return
-        with self._lock:
-            self.map["epoch"] = int(self.map.get("epoch", 0)) + 1
-            self.map["out_of_sync"] = {k: sorted(v) for k, v in self.out_of_sync.items() if v}
-            _atomic_json(self.map_path, self.map)
-
-    def mark_out_of_sync(self, name: str, sid: int) -> None:
-        with self._lock:
-            if sid in self.out_of_sync.setdefault(name, set()):
-                return
-            self.out_of_sync[name].add(sid)
-            log.warning("replica of %s on shard %d is out of sync", name, sid)
-            self._save_map()
-
-    def mark_in_sync(self, name: str, sid: int) -> None:
-        with self._lock:
-            self.out_of_sync.get(name, set()).discard(sid)
-            self._save_map()
-
-    def in_sync(self, name: str, sid: int) -> bool:
-        return sid not in self.out_of_sync.get(name, ())
-
-    # -- health -----------------------------------------------------------------------------
-
-    def _probe(self, sid: int) -> bool:
-        try:
-            return self._probes[sid].health() == "SERVING"
-        except Exception:
-            return False
-
-    def _reread_map(self) -> None:
-        """Take the owner's replica states (out of sync / back in sync) from the map file."""
-        try:
-            mtime = self.map_path.stat().st_mtime_ns
-            if mtime == self._map_mtime:
-                return
-            cmap = json.loads(self.map_path.read_text())
-        except (OSError, ValueError):  # being replaced right now: next tick
-            return
-        with self._lock:
-            self._map_mtime, self.map = mtime, cmap
-            self.out_of_sync = {k: set(v) for k, v in cmap.get("out_of_sync", {}).items()}
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.health_interval):
-            if self.read_only:
-                self._reread_map()
-            for sid in list(self.clients):
-                alive = self._probe(sid)
-                if not alive and self.up[sid]:
-                    log.warning("shard %d is down", sid)
-                    self.up[sid] = False
-                elif alive and not self.up[sid] and self.read_only:
-                    self.up[sid] = True  # the owner re-copies it; the map says when it is in sync
-                elif alive and not self.up[sid] and sid not in self._recovering:
-                    self._recovering.add(sid)
-                    threading.Thread(target=self._recover, args=(sid,), daemon=True).start()
-
-    def mark_down(self, sid: int) -> None:
-        if self.up.get(sid):
-            log.warning("shard %d failed a call; routing around it", sid)
-            self.up[sid] = False
-
-    def _recover(self, sid: int) -> None:
-        """A shard is back: check each of its parts, re-copy the stale ones, then serve."""
-        try:
-            for part in list(self.parts.values()):
-                if sid in part.shards:
-                    part.catch_up(sid)
-            self.up[sid] = True
-            log.warning("shard %d is serving again", sid)
-        except Exception as exc:
-            log.warning("shard %d could not catch up yet (%s); will retry", sid, exc)
-        finally:
-            self._recovering.discard(sid)
-
-    def serving(self, part: RemotePart) -> list[int]:
-        """In-sync replicas of ``part`` to read from: those up, or when none is up, all in-sync
-        ones (a missed health probe under load is a hint, not proof; a dead one fails fast)."""
-        synced = [s for s in part.shards if self.in_sync(part.name, s)]
-        return [s for s in synced if self.up.get(s)] or synced
-
-    # -- latency and hedging ----------------------------------------------------------------
-
-    def record(self, name: str, seconds: float) -> None:
-        lat = self._lat[name]
-        lat.append(seconds)
-        with self._lock:  # every primary call earns a fraction of a hedge
-            self._hedge_tokens = min(20.0, self._hedge_tokens + self.hedge_fraction)
-            self._n_rec[name] += 1
-            due = self._n_rec[name] % 16 == 0 and len(lat) >= 20
-        if due:  # a percentile per call cost 15 % of a coordinator's CPU
-            self._p95[name] = max(0.002, float(np.percentile(np.fromiter(lat, float), 95)))
-
-    def hedge_delay(self, name: str) -> float:
-        """When to hedge a call to part ``name``: its recent p95 latency (50 ms until known)."""
-        return self._p95.get(name, 0.05)
-
-    def take_hedge(self) -> bool:
-        with self._lock:
-            if self._hedge_tokens >= 1.0:
-                self._hedge_tokens -= 1.0
-                self.hedges += 1
-                return True
-            return False
-
-    def close(self) -> None:
-        self._stop.set()
-        for c in (*self.clients.values(), *self._probes.values()):
-            c.close()
-
-    # -- parts ------------------------------------------------------------------------------
-
-    def make_parts(self, index, n_parts: int) -> list[RemotePart]:
-        """The parts factory handed to PyramidIndex (see set_parts_factory)."""
-        if index.part_prefix is None:
-            raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
-        out = []
-        for j in range(n_parts):
-            name = f"{index.part_prefix}.p{j}"
-            part = RemotePart(self, name, placement(j, self.n_shards, self.replicas), {
-                "dim": index.dim, "metric": index.metric, "kind": index._params["sub_index"],
-                "params": index.sub_params})
-            self.parts[name] = part
-            out.append(part)
-        if not self.read_only:
-            for part in out:
-                part.ensure()
-        return out
-
-
-class RemotePart:
-    """One part on its replicas, with the Index surface PyramidIndex uses."""
-
-    #: a search may carry ``per_query`` parameters (the shard's store splits the batch by them)
-    per_query_params = True
-
-    def __init__(self, pool: ShardPool, name: str, shards: list[int], config: dict):
-        self.pool, self.name, self.shards, self.config = pool, name, shards, config
-        self.write_lock = threading.Lock()
-        self._rr = 0
-
-    def ensure(self) -> None:
-        """Create the part's collection on every replica that lacks it."""
-        from ..service.errors import CollectionExistsError
-
-        c = self.config
-        for sid in self.shards:
-            try:
-                self.pool.clients[sid].create_collection(self.name, c["dim"], c["metric"],
-                                                         c["kind"], **c["params"])
-            except CollectionExistsError:
-                pass
-            except Exception as exc:
-                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)
-                self.pool.mark_out_of_sync(self.name, sid)
-
-    def _col(self, sid: int):
-        from ..service.client import RemoteCollection
-
-        pb = self.pool.clients[sid]._pb
-        c = self.config
-        return RemoteCollection(self.pool.clients[sid], pb.CollectionInfo(
-            name=self.name, dim=c["dim"], metric=c["metric"], kind=c["kind"]))
-
-    # -- writes -----------------------------------------------------------------------------
-
-    def _write_all(self, fn) -> None:
-        from ..service.errors import ServiceError, ServiceUnavailableError
-
-        with self.write_lock:
-            targets = [s for s in self.shards if self.pool.in_sync(self.name, s)]
-            futs = {s: self.pool.executor.submit(fn, self._col(s)) for s in targets}
-            ok = 0
-            for s, f in futs.items():
-                try:
-                    f.result()
-                    ok += 1
-                except ServiceError as exc:
-                    if exc.code not in _TRANSIENT:
-                        raise
-                    self.pool.mark_down(s)
-                    self.pool.mark_out_of_sync(self.name, s)
-            if not ok:
-                raise ServiceUnavailableError(
-                    f"no in-sync replica of part {self.name} took the write; retry later")
-
-    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        self._write_all(lambda col: col.add(x, ids, upsert=True))
-
-    def remove(self, ids: np.ndarray) -> None:
-        self._write_all(lambda col: col.remove(ids, missing_ok=True))
-
-    def __len__(self) -> int:
-        for s in self.pool.serving(self):
-            return len(self._col(s))
-        return 0
-
-    # -- reads ------------------------------------------------------------------------------
-
-    def search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
-        done = threading.Event()
-        call = self.begin(q, k, params, done)
-        while True:
-            done.clear()
-            out = call.poll()
-            if out is not None:
-                return out
-            done.wait(call.nap())
-
-    def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event) -> _PartCall:
-        """Start a search on a replica; ``done`` is set whenever a replica answers (several
-        parts' calls may share it, so one thread waits for all of them)."""
-        return _PartCall(self, q, k, params, done)
-
-    # -- recovery ---------------------------------------------------------------------------
-
-    def catch_up(self, sid: int) -> None:
-        """Bring the replica on ``sid`` up to date from an in-sync peer (under the write lock,
-        so no write slips between the copy and the replica's return)."""
-        from ..service.errors import CollectionNotFoundError
-
-        with self.write_lock:
-            peers = [s for s in self.shards if s != sid and self.pool.in_sync(self.name, s)
-                     and self.pool.up.get(s)]
-            stale = not self.pool.in_sync(self.name, sid)
-            if not stale and peers:
-                try:
-                    stale = len(self._col(sid)) != len(self._col(peers[0]))
-                except CollectionNotFoundError:
-                    stale = True
-            if not stale:
-                return
-            if not peers:
-                raise SimsearchError(f"{self.name}: no in-sync peer to copy from")
-            config, data = self.pool.clients[peers[0]].export_collection(self.name)
-            self.pool.clients[sid].import_collection(self.name, config, data)
-            self.pool.mark_in_sync(self.name, sid)
-            log.warning("part %s on shard %d re-copied from shard %d (%d bytes)", self.name, sid,
-                        peers[0], len(data))
-
-
-class _PartCall:
-    """One part's search in flight: the primary replica's call, then a hedge to another replica
-    after the part's p95 latency (within the hedge budget) or a fail-over when the primary's
-    shard fails or is declared down."""
-
-    def __init__(self, part: RemotePart, q: np.ndarray, k: int, params: dict,
-                 done: threading.Event):
-        from ..service import convert
-        from .index import PartUnavailableError
-
-        pool = self.pool = part.pool
-        self.part = part
-        cands = pool.serving(part)
-        if not cands:
-            raise PartUnavailableError(f"no in-sync replica of {part.name} is up")
-        part._rr += 1
-        cands = cands[part._rr % len(cands):] + cands[: part._rr % len(cands)]
-        now = time.monotonic()  # replicas that just lost a hedge race go last for a while
-        cands.sort(key=lambda s: pool.slow_until.get(s, 0.0) > now)
-        self.cands = cands
-        deadline = DEADLINE.get()
-        if deadline is not None:  # leave the coordinator time to merge and answer
-            deadline -= min(0.2, 0.1 * max(0.0, deadline - time.monotonic()))
-        self.deadline = deadline
-        self.request = (q, k, convert.dump_params(params))
-        self.done = done
-        self.box: list = []
-        self.lock = threading.Lock()
-        self.started = [cands[0]]
-        pool.executor.submit(self._call, cands[0], False)
-        self.hedge_at = time.monotonic() + pool.hedge_delay(part.name)
-        self.hedged = False
-
-    def _call(self, sid: int, hedge: bool) -> None:
-        from ..service import convert
-        from ..service.client import error_from
-
-        pool, (q, k, pj) = self.pool, self.request
-        cli = pool.clients[sid]
-        timeout = cli.timeout if self.deadline is None else max(
-            0.001, self.deadline - time.monotonic())
-        t0 = time.monotonic()
-        # a blocking call on a pooled thread: grpc's future API starts a thread per call on an
-        # idle channel, which cost more than the pool's hand-off
-        try:
-            resp = cli._stub.Search(cli._pb.SearchRequest(
-                collection=self.part.name, queries=convert.to_matrix(q), k=k, params_json=pj),
-                timeout=timeout, metadata=cli._metadata)
-            if not hedge:
-                pool.record(self.part.name, time.monotonic() - t0)
-            out = convert.from_search_response(resp)
-        except cli._grpc.RpcError as err:
-            out = error_from(err)
-        except Exception as exc:
-            out = exc
-        with self.lock:
-            self.box.append((sid, out))
-        self.done.set()
-
-    def nap(self) -> float:
-        """How long the waiter may sleep before calling poll again."""
-        # wake often: a straggler's shard may be declared down, or a hedge become due
-        nap = 0.02 if len(self.started) < len(self.cands) else 0.1
-        if self.deadline is not None:
-            nap = min(nap, max(0.0, self.deadline - time.monotonic()))
-        return nap
-
-    def poll(self) -> SearchResult | None:
-        """The answer once a replica gave one; None while waiting (starting a hedge or a
-        fail-over when due); raises PartUnavailableError when every replica failed or the
-        deadline passed, and the replica's error when it is not transient."""
-        from .index import PartUnavailableError
-
-        pool, started, cands = self.pool, self.started, self.cands
-        with self.lock:
-            results = list(self.box)
-        for sid, out in results:
-            if isinstance(out, SearchResult):
-                if sid != started[0]:  # the hedge won: avoid the straggler for a while
-                    pool.slow_until[started[0]] = time.monotonic() + pool.slow_penalty
-                return out
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise PartUnavailableError(f"{self.part.name}: the deadline passed")
-        for sid, out in results:
-            code = getattr(out, "code", None)
-            if not isinstance(code, str):  # not a service fault: a grpc error the client could
-                code = "UNKNOWN"  # not map, or a local one (the call never left)
-                if isinstance(out, SimsearchError):
-                    raise out
-            if code not in _TRANSIENT and code != "NOT_FOUND":  # NOT_FOUND: a replica that
-                raise out  # restarted empty and has not caught up yet; try another
-            if code == "UNAVAILABLE":
-                pool.mark_down(sid)
-        failed = {sid for sid, _ in results}
-        if failed >= set(started) and len(started) == len(cands):
-            raise PartUnavailableError(f"every replica of {self.part.name} failed")
-        if len(started) == len(cands):
-            return None
-        live = [s for s in started if s not in failed and pool.up.get(s)]
-        if not live:  # failed, or its shard was declared down meanwhile: fail over now
-            started.append(cands[len(started)])
-            pool.executor.submit(self._call, started[-1], True)
-        elif not self.hedged and time.monotonic() >= self.hedge_at and pool.take_hedge():
-            self.hedged = True  # straggler: a second replica races the first
-            started.append(cands[len(started)])
-            pool.executor.submit(self._call, started[-1], True)
-        return None
-
-
-def load_router(data: bytes, pool: ShardPool):
-    """A coordinator's exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded
-    here with its parts on ``pool``'s shard servers."""
-    import tempfile
-
-    from ..index import load
-    from . import index as index_mod
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "router.idx"
-        path.write_bytes(data)
-        previous = index_mod._parts_factory
-        index_mod.set_parts_factory(pool.make_parts)
-        try:
-            return load(path)
-        finally:
-            index_mod.set_parts_factory(previous)
-
-
-def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
-                **pool_options: Any):
-    """A read-only copy of a coordinator's router in this process, searching the shard servers
-    directly: a query skips the coordinator hop. Writes must still go through the coordinator
-    (this copy does not see them)."""
-    from ..service.client import connect
-
-    pool = ShardPool(cluster_dir, read_only=True, **pool_options)
-    _config, data = connect(coordinator, timeout=600).export_collection(name)
-    return load_router(data, pool)
-
 
 # ---------------------------------------------------------------------------------------------
 # the coordinator: the node service over a store of clustered PyramidIndex collections
 
-_POOL: ShardPool | None = None
-
-
-def _coordinator_store_classes():
+def _coordinator_store_classes(pool: ShardPool):
+    """The node's Store whose pyramid collections keep their parts on ``pool``'s shards."""
+    from ..index import load
     from ..service.store import Collection, Store
     from .index import PyramidIndex
 
@@ -519,7 +63,11 @@ def _coordinator_store_classes():
                 raise SimsearchError(f"a coordinator holds pyramid collections; got {c['kind']!r}")
             idx = PyramidIndex(c["dim"], c["metric"], **c["params"])
             idx.part_prefix = self.name
+            idx.parts_factory = pool.make_parts
             return idx
+
+        def _load_index(self, path):
+            return load(path, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
 
         def train(self, x, deadline=None):
             super().train(x, deadline)
@@ -561,9 +109,6 @@ def _coordinator_store_classes():
 def run_coordinator(args: argparse.Namespace) -> int:
     from ..eval import thread_limit
     from ..service.server import _write_ready_file, create_server
-    from .index import set_parts_factory
-
-    global _POOL
     if not args.follow and not args.data_dir:
         print("a leader coordinator needs --data-dir (its router store); "
               "a follower needs --follow LEADER", file=sys.stderr)
@@ -576,18 +121,17 @@ def run_coordinator(args: argparse.Namespace) -> int:
     with thread_limit(args.threads):
         token = Path(args.shard_token_file).read_text().strip() if args.shard_token_file \
             else None
-        _POOL = ShardPool(args.cluster_dir, health_interval=args.health_interval, token=token,
-                          tls_ca=args.shard_tls_ca, read_only=bool(args.follow))
-        set_parts_factory(_POOL.make_parts)
+        pool = ShardPool(args.cluster_dir, health_interval=args.health_interval, token=token,
+                         tls_ca=args.shard_tls_ca, read_only=bool(args.follow))
         if args.follow:  # reads from a copy of the leader's routers, writes forwarded
             from .follower import FollowerStore
 
             leader_token = Path(args.follow_token_file).read_text().strip() \
                 if args.follow_token_file else None
-            store = FollowerStore(args.follow, _POOL, refresh_interval=args.refresh_interval,
+            store = FollowerStore(args.follow, pool, refresh_interval=args.refresh_interval,
                                   token=leader_token, tls_ca=args.follow_tls_ca)
         else:
-            store = _coordinator_store_classes()(args.data_dir)
+            store = _coordinator_store_classes(pool)(args.data_dir)
         from ..service.auth import load_tokens
 
         running = create_server(
@@ -600,7 +144,7 @@ def run_coordinator(args: argparse.Namespace) -> int:
         while not stop.wait(1.0):
             pass
         running.stop(5.0)
-        _POOL.close()
+        pool.close()
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from ..index import SearchResult
-from .cluster import DEADLINE, ShardPool, load_router
+from .datapath import DEADLINE, ShardPool, load_router
 
 log = logging.getLogger(__name__)
 

@@ -53,17 +53,10 @@ class PartUnavailableError(SimsearchError, RuntimeError):
 
     grpc_code = "UNAVAILABLE"  # how a coordinator reports it (simsearch.service.errors)
 
-
-# A factory making the parts of a PyramidIndex: called with (index, n_parts) and returning a
-# list of objects with the Index surface (add, remove, search, len). None: local sub-indexes.
-# The cluster coordinator sets it so that the same index routes to remote replicas.
-_parts_factory: Callable[[PyramidIndex, int], list] | None = None
-
-
-def set_parts_factory(factory: Callable[[PyramidIndex, int], list] | None) -> None:
-    """Make new PyramidIndex objects in this process use remote parts (the coordinator)."""
-    global _parts_factory
-    _parts_factory = factory
+#: Makes the parts of a PyramidIndex: called with (index, n_parts), returns objects with the
+#: Index surface (add, remove, search, len). A coordinator sets ``index.parts_factory`` before
+#: training or restoring so the same index routes to remote replicas (docs/cluster.md).
+PartsFactory = Callable[["PyramidIndex", int], list]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,6 +217,7 @@ class PyramidIndex(Index):
         )
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
+        self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
         self.search_params = PyramidIndex.search_params | sub_cls.search_params
         self._sub_search = frozenset(sub_cls.search_params)
         self.spherical = metric in ("ip", "cosine")
@@ -231,6 +225,7 @@ class PyramidIndex(Index):
         self.part_of_centre: np.ndarray | None = None
         self.meta: HNSWIndex | None = None
         self.parts: list = []
+        self.parts_factory: PartsFactory | None = None  # None: local sub-indexes
         self._home: dict[int, int] = {}  # id -> part of its nearest centre
         self._copies: dict[int, set[int]] = {}  # id -> parts holding a MIPS copy
         self._topr_ids: np.ndarray | None = None  # (m, r) MIPS lists, -1 padded
@@ -264,8 +259,8 @@ class PyramidIndex(Index):
     # -- training ---------------------------------------------------------------------------
 
     def _new_parts(self) -> list:
-        if _parts_factory is not None:
-            parts = _parts_factory(self, self.n_parts)
+        if self.parts_factory is not None:
+            parts = self.parts_factory(self, self.n_parts)
             # part calls block on the network: enough threads for many queries in flight
             self._pool = ThreadPoolExecutor(64, thread_name_prefix="pyramid-part")
             return parts
@@ -663,7 +658,7 @@ class PyramidIndex(Index):
         meta["meta_hnsw"] = mm
         arrays.update({f"meta.{k}": v for k, v in ma.items()})
         arrays["meta.__ids__"] = self.meta._idset.sorted
-        meta["remote"] = _parts_factory is not None
+        meta["remote"] = self.parts_factory is not None
         meta["part_prefix"] = self.part_prefix
         subs = []
         if not meta["remote"]:
@@ -695,7 +690,7 @@ class PyramidIndex(Index):
             self._copies.setdefault(i, set()).add(p)
         self._counts = self.part_sizes()
         self._rebuild_refs()
-        if meta.get("remote") or _parts_factory is not None:
+        if meta.get("remote") or self.parts_factory is not None:
             return
         for j, (part, sm) in enumerate(zip(self.parts, meta["subs"], strict=True)):
             pre = f"s{j}."

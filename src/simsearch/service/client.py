@@ -257,6 +257,26 @@ class Client:
     def collection(self, name: str) -> RemoteCollection:
         return RemoteCollection(self, self._describe(name))
 
+    def collection_handle(self, name: str, dim: int, metric: str, kind: str) -> RemoteCollection:
+        """A handle on a collection whose shape the caller knows, without a Describe call (a
+        cluster coordinator addressing its parts on shard servers)."""
+        return RemoteCollection(self, self._pb.CollectionInfo(
+            name=name, dim=dim, metric=metric, kind=kind))
+
+    def search_once(self, name: str, q: np.ndarray, k: int, params_json: str = "",
+                    timeout: float | None = None) -> SearchResult:
+        """One Search call for a float32 query matrix already checked by the caller: no batch
+        splitting, no retry; a failure raises the typed ServiceError. A blocking call, so a
+        coordinator runs it on its own thread pool (grpc's future API starts a thread per call
+        on an idle channel, which cost more than the pool's hand-off)."""
+        try:
+            resp = self._stub.Search(self._pb.SearchRequest(
+                collection=name, queries=self._convert.to_matrix(q), k=k, params_json=params_json),
+                timeout=self.timeout if timeout is None else timeout, metadata=self._metadata)
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        return self._convert.from_search_response(resp)
+
     def _describe(self, name: str):
         return self._call("DescribeCollection", self._pb.CollectionRequest(name=name))
 

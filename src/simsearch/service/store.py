@@ -192,6 +192,10 @@ class Collection:
         c = self.config
         return create_index(c["kind"], c["dim"], c["metric"], **c["params"])
 
+    def _load_index(self, path: Path) -> Index:
+        """Restore a snapshot (a subclass may prepare the object, e.g. the cluster's parts)."""
+        return load(path)
+
     def recover(self) -> None:
         """Load the newest snapshot and replay its log (dropping a torn last record)."""
         if self._wal is not None:
@@ -201,7 +205,8 @@ class Collection:
         gens = [int(m.group(1)) for f in files if (m := _SNAP_RE.match(f))]
         g = max(gens, default=0)
         try:
-            index = load(self.path / f"snapshot-{g}.idx") if g else self._new_index()
+            index = self._load_index(self.path / f"snapshot-{g}.idx") if g \
+                else self._new_index()
             records, torn = WriteAheadLog.recover(self.path / f"wal-{g}.log")
             if torn:
                 log.warning("collection %s: dropped a torn last log record", self.name)
