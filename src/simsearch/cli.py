@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_serve_parser(sub)
     try:  # `simsearch cluster` needs the service extra (grpcio) too
-        from .pyramid.cluster import add_cluster_parser
+        from .pyramid.cli import add_cluster_parser
     except ImportError:
         pass
     else:

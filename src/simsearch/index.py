@@ -325,6 +325,12 @@ class Index:
     def is_trained(self) -> bool:
         return self._is_trained
 
+    def contains(self, ids: Any) -> np.ndarray:
+        """A boolean per id: is it in the index?"""
+        ids = as_id_array(ids)
+        with self._lock.read():
+            return self._idset.contains(ids)
+
     def train(self, x: Any) -> None:
         """Learn what the method needs from a sample; a no-op for indexes that learn nothing.
         Re-training a trained index that holds items raises RetrainNonEmptyError and changes
@@ -521,7 +527,7 @@ def write_index_file(path: str | os.PathLike, header: dict, arrays: dict[str, np
             if pad:
                 f.write(b"\0" * pad)
                 crc = zlib.crc32(b"\0" * pad, crc)
-            buf = memoryview(np.ascontiguousarray(arr)).cast("B")
+            buf = memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")  # (0, d) too
             f.write(buf)
             crc = zlib.crc32(buf, crc)
             pos = entry["offset"] + buf.nbytes

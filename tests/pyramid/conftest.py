@@ -1,4 +1,4 @@
-"""Local Pyramid clusters (`python -m simsearch.pyramid.cluster up`) in real processes."""
+"""Local Pyramid clusters (`simsearch cluster up`) in real processes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("grpc")
 
-from simsearch.pyramid.cluster import LocalCluster  # noqa: E402
+from simsearch.pyramid.launcher import LocalCluster  # noqa: E402
 
 
 @pytest.fixture

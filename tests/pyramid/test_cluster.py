@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
@@ -15,7 +14,7 @@ import simsearch as ss  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
 from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
-from simsearch.pyramid.cluster import open_router  # noqa: E402
+from simsearch.pyramid.datapath import open_router  # noqa: E402
 from simsearch.service.errors import ServiceUnavailableError  # noqa: E402
 
 DIM, K = 16, 10
@@ -61,15 +60,19 @@ def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, da
         np.testing.assert_array_equal(a.ids, b.ids)
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6)
     # the router copied into this process asks the shards directly and answers the same
-    router = open_router(cl.dir, cl.coordinator, "docs")
+    router = open_router(cl.coordinator, "docs", cl.up["etcd"], cl.up["cluster"])
     try:
         np.testing.assert_array_equal(router.search(queries, K, branching=2).ids,
                                       ref.search(queries, K, branching=2).ids)
     finally:
         router.parts[0].pool.close()
-    # every part on two different shards
-    cmap = json.loads((cl.dir / "cluster.json").read_text())
-    assert cmap["replicas"] == 2 and len(cmap["shards"]) == 3
+    # every part on two different shards, spread evenly
+    st = cl.status()
+    shards = [p for p in st["processes"] if p["role"] == "shard"]
+    assert st["replicas"] == 2 and len(shards) == 3
+    held = sorted(part for p in shards for part in p["parts"])
+    assert held == sorted(f"docs.p{j}" for j in range(3) for _ in range(2))
+    assert [len(p["parts"]) for p in shards] == [2, 2, 2]
     # a shard dies: no failed query, same answers (routed to the surviving replicas)
     old = cl.pid("shard-0")  # read before the kill: the supervisor may restart it within 1 s
     cl.signal_shard(0, signal.SIGKILL)
@@ -80,7 +83,7 @@ def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, da
     col.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
     ref.add(base[:3] * 1.01, ids=[5000, 5001, 5002])
     wait_until(lambda: cl.pid("shard-0") != old)  # the supervisor restarts it
-    wait_until(lambda: not json.loads((cl.dir / "cluster.json").read_text())["out_of_sync"])
+    wait_until(lambda: not any(p.get("out_of_sync") for p in cl.status()["processes"]))
     cl.signal_shard(1, signal.SIGKILL)  # now only the recovered copies can answer for some parts
     for _ in range(3):
         np.testing.assert_array_equal(col.search(queries, K, branching=24).ids,
@@ -112,9 +115,9 @@ def test_deadline_gives_partial_results_and_status(cluster_factory, data):
         "docs", DIM, "cosine", "pyramid", **PARAMS)
     col.train(base)
     col.add(base)
-    st = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
+    st = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cli", "status",
                          "--data-dir", str(cl.dir)], capture_output=True, text=True)
-    assert st.returncode == 0 and "epoch" in st.stdout and "docs.p0=" in st.stdout
+    assert st.returncode == 0 and "epoch" in st.stdout and "docs.p0" in st.stdout, st
     cl.signal_shard(1, signal.SIGSTOP)  # a straggler that still holds its connections
     try:
         # the coordinator answers within the client's deadline with what the live shard has
@@ -124,7 +127,7 @@ def test_deadline_gives_partial_results_and_status(cluster_factory, data):
     finally:
         cl.signal_shard(1, signal.SIGCONT)
     ss.connect(cl.coordinator, timeout=60).drop_collection("docs")
-    shard0 = ss.connect(json.loads((cl.dir / "cluster.json").read_text())["shards"][0]["address"])
+    shard0 = ss.connect(cl.shard_addresses[0])
     assert shard0.list_collections() == []
 
 
@@ -142,31 +145,48 @@ def test_shard_that_lost_its_directory_is_rebuilt_from_a_replica(cluster_factory
     cl.signal_shard(0, signal.SIGKILL)
     shutil.rmtree(cl.dir / "shard-0")  # before the supervisor restarts it (3 s)
     wait_until(lambda: cl.pid("shard-0") != old)
-    shard0 = ss.connect(json.loads((cl.dir / "cluster.json").read_text())["shards"][0]["address"])
-    wait_until(lambda: sorted(shard0.list_collections()) == ["docs.p0", "docs.p2"])
-    wait_until(lambda: len(shard0.collection("docs.p0")) > 0)
-    cl.signal_shard(1, signal.SIGKILL)  # part 0 now has only shard 0's rebuilt copy
+    shard0 = ss.connect(cl.shard_addresses[0])
+    mine = next(p["parts"] for p in cl.status()["processes"] if p.get("id") == 0)
+    wait_until(lambda: sorted(shard0.list_collections()) == mine)
+    wait_until(lambda: all(len(shard0.collection(n)) > 0 for n in mine))
+    # kill a shard sharing a part with shard 0: that part now has only shard 0's rebuilt copy
+    other = next(p["id"] for p in cl.status()["processes"]
+                 if p.get("id") not in (None, 0) and set(p["parts"]) & set(mine))
+    cl.signal_shard(other, signal.SIGKILL)
     for _ in range(3):
         np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
 
 
-def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95(tmp_path):
+class FakeState:
+    """The cluster state a ShardPool reads (control/state.py), without etcd."""
+
+    def __init__(self, shards, parts):
+        self._shards, self._parts = shards, parts
+
+    def shards(self):
+        return self._shards
+
+    def part_entry(self, part):
+        return self._parts[part]
+
+
+def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95():
     """A missed health probe must not fail reads when no replica looks up (a dead one fails
     fast); out-of-sync replicas are never read; the hedge delay is the recent p95."""
     from types import SimpleNamespace
 
-    from simsearch.pyramid.cluster import ShardPool
+    from simsearch.pyramid.datapath import ShardPool
 
-    shards = [{"id": i, "address": f"127.0.0.1:{1 + i}"} for i in range(3)]  # nothing listens
-    (tmp_path / "cluster.json").write_text(json.dumps(
-        {"shards": shards, "replicas": 2, "epoch": 0, "out_of_sync": {"c.p0": [1]}}))
-    pool = ShardPool(tmp_path, timeout=1.0, health_interval=60)
+    shards = {i: {"id": i, "address": f"127.0.0.1:{1 + i}"} for i in range(3)}  # none listens
+    state = FakeState(shards, {"c.p0": {"replicas": [0, 1], "in_sync": [0]},
+                               "c.p1": {"replicas": [1, 2], "in_sync": [1, 2]}})
+    pool = ShardPool(state, timeout=1.0, health_interval=60)
     try:
         assert not any(pool.up.values())
-        assert pool.serving(SimpleNamespace(name="c.p0", shards=[0, 1])) == [0]
-        assert pool.serving(SimpleNamespace(name="c.p1", shards=[1, 2])) == [1, 2]
+        assert pool.serving(SimpleNamespace(name="c.p0")) == [0]
+        assert pool.serving(SimpleNamespace(name="c.p1")) == [1, 2]
         pool.up[2] = True
-        assert pool.serving(SimpleNamespace(name="c.p1", shards=[1, 2])) == [2]
+        assert pool.serving(SimpleNamespace(name="c.p1")) == [2]
         assert pool.hedge_delay("c.p0") == 0.05  # until enough calls were timed
         for ms in range(1, 97):  # recomputed every 16 calls
             pool.record("c.p0", ms / 1000)
@@ -178,17 +198,18 @@ def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95(tmp_path):
 
 def test_follower_coordinator_reads_locally_forwards_writes_and_outlives_the_leader(
         cluster_factory, data):
-    from simsearch.service.errors import ServiceUnavailableError
+    import os
 
     base, queries = data
-    cl = cluster_factory(3, 2, "--coordinators", "2", "--no-restart")
-    leader_addr, follower_addr = (c["address"] for c in cl.processes["coordinators"])
+    cl = cluster_factory(3, 2, "--coordinators", "2", "--no-restart", "--lease-ttl", "2")
+    leader_addr = cl.coordinator
+    follower_addr = next(a for a in cl.coordinators if a != leader_addr)
     follower = ss.connect(follower_addr, timeout=60)
     col = follower.create_collection("docs", DIM, "ip", "pyramid", **PARAMS)  # forwarded
     col.train(base)
     assert (col.search(queries[:2], K).ids == -1).all()  # empty: the follower's copy is too
     col.add(base[:1000])
-    assert (col.search(queries[:2], K).ids >= 0).all()  # an empty copy asks the leader first
+    assert (col.search(queries[:2], K).ids >= 0).all()  # its own forwarded write is visible
     col.add(base[1000:], ids=np.arange(1000, 1500))
     col.remove(np.arange(0, 1500, 11))
     ref = local("ip", base)
@@ -199,12 +220,15 @@ def test_follower_coordinator_reads_locally_forwards_writes_and_outlives_the_lea
         want = ref.search(queries, K, branching=branching).ids
         np.testing.assert_array_equal(col.search(queries, K, branching=branching).ids, want)
         np.testing.assert_array_equal(lead.search(queries, K, branching=branching).ids, want)
-    # the leader dies: the follower keeps answering from its router copy; writes need the leader
-    import os
-
-    os.kill(cl.pid("coord-0"), signal.SIGKILL)
+    # the leader dies: the follower keeps answering, is elected, and takes writes
+    leader_role = next(r for r, i in cl.up["processes"].items() if i["address"] == leader_addr)
+    os.kill(cl.pid(leader_role), signal.SIGKILL)
     want = ref.search(queries, K, branching=24).ids
     for _ in range(3):
         np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
-    with pytest.raises(ServiceUnavailableError):
-        col.add(base[:1], ids=[9000])
+    wait_until(lambda: cl.status()["leader"] == follower_addr, timeout=20)
+    col.add(base[:1] * 1.01, ids=[9000])
+    ref.add(base[:1] * 1.01, ids=[9000])
+    assert len(col) == len(ref)
+    np.testing.assert_array_equal(col.search(queries, K, branching=24).ids,
+                                  ref.search(queries, K, branching=24).ids)

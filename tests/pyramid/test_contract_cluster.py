@@ -14,7 +14,7 @@ import simsearch as ss  # noqa: E402
 import test_contract as tc  # noqa: E402
 from contract import Case  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
-from simsearch.pyramid.cluster import LocalCluster  # noqa: E402
+from simsearch.pyramid.launcher import LocalCluster  # noqa: E402
 
 _names = itertools.count()
 CHECKS = [tc.test_recall_and_ordering, tc.test_padding_and_empty, tc.test_ids_continue,

@@ -1,18 +1,18 @@
 """The Pyramid cluster's data path (docs/cluster.md): shard connections and health, replica
 sync state, remote parts (fan-out, hedging, deadlines, coverage, replica catch-up).
 
-Imported by the coordinator roles (cluster.py, follower.py); imports neither of them.
+Imported by the coordinator (coordinator.py) and by client-side routers; the replica map comes
+from the cluster state in etcd (control/state.py).
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
-import json
 import logging
-import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,52 +49,35 @@ DEADLINE_MARGIN_MAX = 0.2
 _TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def placement(part: int, n_shards: int, replicas: int) -> list[int]:
-    """Shards holding ``part``: consecutive shards, so no server holds two replicas of a part."""
-    return [(part + i) % n_shards for i in range(replicas)]
-
-
 # ---------------------------------------------------------------------------------------------
 # the shard pool: clients, health, sync state, latency
 
 
 class ShardPool:
-    """Connections to the shard servers of a cluster map, their health and replica state."""
+    """Connections to a cluster's shard servers, their health, and the replica map as the
+    cluster state in etcd has it (control/state.py).
 
-    def __init__(self, cluster_dir: str | os.PathLike, timeout: float = 30.0,
+    ``is_leader`` / ``fence``: when this process is the elected leader it also writes the map
+    (out-of-sync marks, re-copies); otherwise it only reads it (a follower coordinator, or a
+    client-side router)."""
+
+    def __init__(self, state, *, is_leader: Callable[[], bool] = lambda: False,
+                 fence: Callable[[], list] | None = None, timeout: float = 30.0,
                  health_interval: float = 0.2, hedge_fraction: float = 0.1,
-                 token: str | None = None, tls_ca: str | None = None, read_only: bool = False):
-        """``read_only``: a reader of a map another process owns (follower coordinators,
-        client-side routers): it never writes the map, creates parts or re-copies replicas, and
-        re-reads the owner's replica states from the map as they change."""
+                 token: str | None = None, tls_ca: str | None = None):
         from functools import partial
 
         from ..service.client import connect as _connect
 
-        connect = partial(_connect, token=token, tls_ca=tls_ca)  # shards behind auth / TLS
-
-        self.dir = Path(cluster_dir)
-        self.map_path = self.dir / "cluster.json"
-        self.read_only = read_only
-        self.map = json.loads(self.map_path.read_text())
-        self._map_mtime = self.map_path.stat().st_mtime_ns
-        self.n_shards = len(self.map["shards"])
-        self.replicas = int(self.map["replicas"])
-        self.clients = {s["id"]: connect(s["address"], timeout=timeout) for s in self.map["shards"]}
-        self._probes = {s["id"]: connect(s["address"], timeout=max(0.2, health_interval * 2))
-                        for s in self.map["shards"]}
-        self.out_of_sync: dict[str, set[int]] = {
-            k: set(v) for k, v in self.map.get("out_of_sync", {}).items()}
-        self.up = {sid: False for sid in self.clients}
+        self._connect = partial(_connect, token=token, tls_ca=tls_ca)  # shards behind auth / TLS
+        self.state = state
+        self.is_leader = is_leader
+        self.fence = fence
+        self.timeout = timeout
+        self.clients: dict[int, Any] = {}
+        self._probes: dict[int, Any] = {}
+        self._addresses: dict[int, str] = {}
+        self.up: dict[int, bool] = {}
         self.parts: dict[str, RemotePart] = {}
         self._lock = threading.RLock()
         self._lat: dict[str, collections.deque] = collections.defaultdict(
@@ -110,36 +93,71 @@ class ShardPool:
         self._recovering: set[int] = set()
         self.slow_until: dict[int, float] = {}  # shard -> until when reads prefer its peers
         self.slow_penalty = 1.0
-        for sid in self.clients:  # first look: serve from whoever is up now
+        self.sync_shards()
+        for sid in list(self.clients):  # first look: serve from whoever is up now
             self.up[sid] = self._probe(sid)
         self._watcher = threading.Thread(target=self._watch, name="pyramid-health", daemon=True)
         self._watcher.start()
 
-    # -- map --------------------------------------------------------------------------------
+    # -- membership -------------------------------------------------------------------------
 
-    def _save_map(self) -> None:
-        if self.read_only:
-            return
-        with self._lock:
-            self.map["epoch"] = int(self.map.get("epoch", 0)) + 1
-            self.map["out_of_sync"] = {k: sorted(v) for k, v in self.out_of_sync.items() if v}
-            _atomic_json(self.map_path, self.map)
+    def sync_shards(self) -> None:
+        """Connect to shards that registered (or moved) since the last look."""
+        for sid, info in self.state.shards().items():
+            addr = info["address"]
+            with self._lock:
+                if self._addresses.get(sid) == addr:
+                    continue
+                old = [c for c in (self.clients.get(sid), self._probes.get(sid)) if c]
+                self._addresses[sid] = addr
+                self.clients[sid] = self._connect(addr, timeout=self.timeout)
+                self._probes[sid] = self._connect(addr, timeout=max(0.2, self.health_interval * 2))
+                self.up.setdefault(sid, False)
+            for c in old:
+                c.close()
+            log.info("shard %d at %s", sid, addr)
 
-    def mark_out_of_sync(self, name: str, sid: int) -> None:
-        with self._lock:
-            if sid in self.out_of_sync.setdefault(name, set()):
-                return
-            self.out_of_sync[name].add(sid)
-            log.warning("replica of %s on shard %d is out of sync", name, sid)
-            self._save_map()
+    def client(self, sid: int):
+        """The client of shard ``sid`` (ServiceUnavailableError if it never registered)."""
+        from ..service.errors import ServiceUnavailableError
 
-    def mark_in_sync(self, name: str, sid: int) -> None:
-        with self._lock:
-            self.out_of_sync.get(name, set()).discard(sid)
-            self._save_map()
+        cli = self.clients.get(sid)
+        if cli is None:
+            raise ServiceUnavailableError(f"shard {sid} is not registered in the cluster")
+        return cli
+
+    # -- replica map ------------------------------------------------------------------------
+
+    def replicas_of(self, name: str) -> list[int]:
+        return list(self.state.part_entry(name)["replicas"])
 
     def in_sync(self, name: str, sid: int) -> bool:
-        return sid not in self.out_of_sync.get(name, ())
+        return sid in self.state.part_entry(name)["in_sync"]
+
+    def mark_out_of_sync(self, name: str, sid: int) -> None:
+        """The leader records that a replica missed a write (it gets no reads until re-copied);
+        elsewhere this only routes around the shard."""
+        if not self.is_leader():
+            self.mark_down(sid)
+            return
+
+        def drop(e):
+            if sid not in e["in_sync"]:
+                return None
+            e["in_sync"] = [s for s in e["in_sync"] if s != sid]
+            return e
+
+        if self.state.update_part(self.fence, name, drop):
+            log.warning("replica of %s on shard %d is out of sync", name, sid)
+
+    def mark_in_sync(self, name: str, sid: int) -> None:
+        def add(e):
+            if sid in e["in_sync"] or sid not in e["replicas"]:
+                return None
+            e["in_sync"] = sorted([*e["in_sync"], sid])
+            return e
+
+        self.state.update_part(self.fence, name, add)
 
     # -- health -----------------------------------------------------------------------------
 
@@ -155,33 +173,29 @@ class ShardPool:
             log.debug("shard %d reports %s", sid, status)
         return status == "SERVING"
 
-    def _reread_map(self) -> None:
-        """Take the owner's replica states (out of sync / back in sync) from the map file."""
-        try:
-            mtime = self.map_path.stat().st_mtime_ns
-            if mtime == self._map_mtime:
-                return
-            cmap = json.loads(self.map_path.read_text())
-        except (OSError, ValueError):  # being replaced right now: next tick
-            return
-        with self._lock:
-            self._map_mtime, self.map = mtime, cmap
-            self.out_of_sync = {k: set(v) for k, v in cmap.get("out_of_sync", {}).items()}
-
     def _watch(self) -> None:
         while not self._stop.wait(self.health_interval):
-            if self.read_only:
-                self._reread_map()
+            self.sync_shards()
+            registered = self.state.shards()
             for sid in list(self.clients):
-                alive = self._probe(sid)
-                if not alive and self.up[sid]:
+                # a shard whose lease is gone is down whatever its port says
+                alive = sid in registered and self._probe(sid)
+                if not alive and self.up.get(sid):
                     log.warning("shard %d is down", sid)
                     self.up[sid] = False
-                elif alive and not self.up[sid] and self.read_only:
-                    self.up[sid] = True  # the owner re-copies it; the map says when it is in sync
-                elif alive and not self.up[sid] and sid not in self._recovering:
-                    self._recovering.add(sid)
-                    threading.Thread(target=self._recover, args=(sid,), daemon=True).start()
+                elif alive and not self.up.get(sid):
+                    if not self.is_leader():
+                        self.up[sid] = True  # the leader re-copies it; the map says when
+                    elif sid not in self._recovering:
+                        self.recover(sid)
+
+    def recover(self, sid: int) -> None:
+        """Check (and re-copy where stale) every part replica on ``sid``, in the background."""
+        with self._lock:
+            if sid in self._recovering:
+                return
+            self._recovering.add(sid)
+        threading.Thread(target=self._recover, args=(sid,), daemon=True).start()
 
     def mark_down(self, sid: int) -> None:
         if self.up.get(sid):
@@ -195,7 +209,7 @@ class ShardPool:
                 if sid in part.shards:
                     part.catch_up(sid)
             self.up[sid] = True
-            log.warning("shard %d is serving again", sid)
+            log.warning("shard %d is serving", sid)
         except Exception as exc:
             log.warning("shard %d could not catch up yet (%s); will retry", sid, exc)
         finally:
@@ -204,7 +218,8 @@ class ShardPool:
     def serving(self, part: RemotePart) -> list[int]:
         """In-sync replicas of ``part`` to read from: those up, or when none is up, all in-sync
         ones (a missed health probe under load is a hint, not proof; a dead one fails fast)."""
-        synced = [s for s in part.shards if self.in_sync(part.name, s)]
+        e = self.state.part_entry(part.name)
+        synced = [s for s in e["replicas"] if s in e["in_sync"] and s in self.clients]
         return [s for s in synced if self.up.get(s)] or synced
 
     # -- latency and hedging ----------------------------------------------------------------
@@ -235,22 +250,24 @@ class ShardPool:
         self._stop.set()
         for c in (*self.clients.values(), *self._probes.values()):
             c.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     # -- parts ------------------------------------------------------------------------------
 
     def make_parts(self, index, n_parts: int) -> list[RemotePart]:
-        """The parts factory handed to PyramidIndex (its ``parts_factory``)."""
+        """The parts factory handed to PyramidIndex (its ``parts_factory``): the parts of the
+        collection ``index.part_prefix``, on the replicas the cluster map assigns."""
         if index.part_prefix is None:
             raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
         out = []
         for j in range(n_parts):
             name = f"{index.part_prefix}.p{j}"
-            part = RemotePart(self, name, placement(j, self.n_shards, self.replicas), {
+            part = RemotePart(self, name, {
                 "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
                 "params": index.sub_params})
             self.parts[name] = part
             out.append(part)
-        if not self.read_only:
+        if self.is_leader():
             for part in out:
                 part.ensure()
         return out
@@ -262,10 +279,15 @@ class RemotePart:
     #: a search may carry ``per_query`` parameters (the shard's store splits the batch by them)
     per_query_params = True
 
-    def __init__(self, pool: ShardPool, name: str, shards: list[int], config: dict):
-        self.pool, self.name, self.shards, self.config = pool, name, shards, config
+    def __init__(self, pool: ShardPool, name: str, config: dict):
+        self.pool, self.name, self.config = pool, name, config
         self.write_lock = threading.Lock()
         self._rr = 0
+
+    @property
+    def shards(self) -> list[int]:
+        """The replicas the cluster map assigns now (rebalancing changes them)."""
+        return self.pool.replicas_of(self.name)
 
     def ensure(self) -> None:
         """Create the part's collection on every replica that lacks it."""
@@ -274,7 +296,7 @@ class RemotePart:
         c = self.config
         for sid in self.shards:
             try:
-                self.pool.clients[sid].create_collection(self.name, c["dim"], c["metric"],
+                self.pool.client(sid).create_collection(self.name, c["dim"], c["metric"],
                                                          c["kind"], **c["params"])
             except CollectionExistsError:
                 pass
@@ -284,7 +306,7 @@ class RemotePart:
 
     def _col(self, sid: int):
         c = self.config
-        return self.pool.clients[sid].collection_handle(self.name, c["dim"], c["metric"],
+        return self.pool.client(sid).collection_handle(self.name, c["dim"], c["metric"],
                                                         c["kind"])
 
     # -- writes -----------------------------------------------------------------------------
@@ -299,7 +321,7 @@ class RemotePart:
 
         with self.write_lock:
             targets = [s for s in self.shards if self.pool.in_sync(self.name, s)]
-            futs = {s: self.pool.executor.submit(fn, self._col(s)) for s in targets}
+            futs = {s: self.pool.executor.submit(lambda s=s: fn(self._col(s))) for s in targets}
             ok: list[int] = []
             failed: dict[int, BaseException] = {}
             for s, f in futs.items():
@@ -377,8 +399,8 @@ class RemotePart:
                 return
             if not peers:
                 raise SimsearchError(f"{self.name}: no in-sync peer to copy from")
-            config, data = self.pool.clients[peers[0]].export_collection(self.name)
-            self.pool.clients[sid].import_collection(self.name, config, data)
+            config, data = self.pool.client(peers[0]).export_collection(self.name)
+            self.pool.client(sid).import_collection(self.name, config, data)
             self.pool.mark_in_sync(self.name, sid)
             log.warning("part %s on shard %d re-copied from shard %d (%d bytes)", self.name, sid,
                         peers[0], len(data))
@@ -420,7 +442,7 @@ class _PartCall:
 
     def _call(self, sid: int, hedge: bool) -> None:
         pool, (q, k, pj) = self.pool, self.request
-        cli = pool.clients[sid]
+        cli = pool.client(sid)
         timeout = cli.timeout if self.deadline is None else max(
             0.001, self.deadline - time.monotonic())
         t0 = time.monotonic()
@@ -485,8 +507,8 @@ class _PartCall:
 
 
 def load_router(data: bytes, pool: ShardPool):
-    """A coordinator's exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded
-    here with its parts on ``pool``'s shard servers."""
+    """An exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded here with its
+    parts on ``pool``'s shard servers."""
     import tempfile
 
     from ..index import load
@@ -497,13 +519,16 @@ def load_router(data: bytes, pool: ShardPool):
         return load(path, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
 
 
-def open_router(cluster_dir: str | os.PathLike, coordinator: str, name: str,
-                **pool_options: Any):
-    """A read-only copy of a coordinator's router in this process, searching the shard servers
-    directly: a query skips the coordinator hop. Writes must still go through the coordinator
-    (this copy does not see them)."""
+def open_router(coordinator: str, name: str, etcd: str, cluster: str, **pool_options: Any):
+    """A read-only copy of a collection's router in this process, searching the shard servers
+    directly: a query skips the coordinator hop. It does not follow later writes' routing
+    (send writes through a coordinator, and re-open to see them). ``router.parts[0].pool``
+    holds the connections; close it when done."""
     from ..service.client import connect
+    from .control.etcd import Etcd
+    from .control.state import ClusterState
 
-    pool = ShardPool(cluster_dir, read_only=True, **pool_options)
-    _config, data = connect(coordinator, timeout=600).export_collection(name)
+    pool = ShardPool(ClusterState(Etcd(etcd, f"simsearch/{cluster}")), **pool_options)
+    with connect(coordinator, timeout=600) as c:
+        _config, data = c.export_collection(name)
     return load_router(data, pool)

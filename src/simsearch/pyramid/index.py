@@ -233,6 +233,8 @@ class PyramidIndex(Index):
         self._pool: ThreadPoolExecutor | None = None
         #: names the parts' collections when they are remote (the coordinator sets it)
         self.part_prefix: str | None = None
+        #: when a list, every write appends its decisions here (see ``apply_journal``)
+        self.journal: list | None = None
 
     # -- properties -------------------------------------------------------------------------
 
@@ -407,31 +409,68 @@ class PyramidIndex(Index):
         for p, drop in copy_drops:
             jobs.append((p, "remove", (np.asarray(drop, np.int64),)))
         self._run_writes(jobs)
+        pairs_add = [(p, int(ids[r_])) for p, rows in copy_adds for r_ in rows]
+        pairs_drop = [(p, int(i)) for p, drop in copy_drops for i in drop]
+        rec = {"op": "add", "ids": ids.astype(np.int64), "home": home.astype(np.int64),
+               "copy_add": np.asarray(pairs_add, np.int64).reshape(-1, 2),
+               "copy_drop": np.asarray(pairs_drop, np.int64).reshape(-1, 2)}
+        if topr is not None:
+            t_ids, t_scores, delta = topr
+            rows = np.flatnonzero((t_ids != self._topr_ids).any(1)
+                                  | (t_scores != self._topr_scores).any(1))
+            rec.update(topr_rows=rows, topr_ids=t_ids[rows], topr_scores=t_scores[rows],
+                       refs=np.asarray([(i, p, d) for (i, p), d in delta.items()],
+                                       np.int64).reshape(-1, 3))
+        self._commit(rec)
+
+    def _commit(self, rec: dict) -> None:
+        """Apply one write's decisions to the router state (after the parts took it), and hand
+        them to ``journal`` (a coordinator's replicated log, docs/cluster.md)."""
+        if rec["op"] == "remove":
+            self._commit_remove(rec["ids"])
+        else:
+            self._commit_add(rec)
+        if self.journal is not None:
+            self.journal.append(rec)
+
+    def _commit_add(self, rec: dict) -> None:
+        ids, home = rec["ids"], rec["home"]
         self._home.update(zip(ids.tolist(), home.tolist(), strict=True))
         self._counts += np.bincount(home, minlength=self.n_parts)
-        for p, rows in copy_adds:
-            self._counts[p] += len(rows)
-        for p, drop in copy_drops:
-            self._counts[p] -= len(drop)
-        for p, rows in copy_adds:
-            for r_ in rows:
-                self._copies.setdefault(int(ids[r_]), set()).add(p)
-        for p, drop in copy_drops:
-            for i in drop:
-                s = self._copies.get(i)
-                if s is not None:
-                    s.discard(p)
-                    if not s:
-                        del self._copies[i]
-        if topr is not None:
-            self._topr_ids, self._topr_scores, delta = topr
-            for (i, p), d in delta.items():
+        for p, i in rec["copy_add"].tolist():
+            self._counts[p] += 1
+            self._copies.setdefault(i, set()).add(p)
+        for p, i in rec["copy_drop"].tolist():
+            self._counts[p] -= 1
+            s = self._copies.get(i)
+            if s is not None:
+                s.discard(p)
+                if not s:
+                    del self._copies[i]
+        if "topr_rows" in rec:
+            rows = rec["topr_rows"]
+            self._topr_ids[rows] = rec["topr_ids"]
+            self._topr_scores[rows] = rec["topr_scores"]
+            for i, p, d in rec["refs"].tolist():
                 refs = self._refs.setdefault(i, {})
                 refs[p] = refs.get(p, 0) + d
                 if refs[p] == 0:
                     del refs[p]
                 if not refs:
                     del self._refs[i]
+
+    def apply_journal(self, records: list[dict]) -> None:
+        """Replay write decisions another router made (a coordinator following the leader's
+        log): the router state changes as if the writes were made here; no part is called."""
+        with self._lock.write():
+            for rec in records:
+                ids = np.asarray(rec["ids"], np.int64)
+                if rec["op"] == "remove":
+                    self._commit_remove(ids)
+                    self._idset.remove(ids)
+                else:
+                    self._commit_add(rec)
+                    self._idset.add(ids)
 
     def _run_writes(self, jobs: list) -> None:
         def run(job):
@@ -447,14 +486,20 @@ class PyramidIndex(Index):
                 f.result()
 
     def _remove(self, ids: np.ndarray) -> None:
+        self._run_writes([(p, "remove", (np.asarray(v, np.int64),))
+                          for p, v in sorted(self._parts_holding(ids).items())])
+        self._commit({"op": "remove", "ids": ids.astype(np.int64)})
+
+    def _parts_holding(self, ids: np.ndarray) -> dict[int, list[int]]:
         by_part: dict[int, list[int]] = {}
         for i in ids.tolist():
             by_part.setdefault(self._home[i], []).append(i)
             for p in self._copies.get(i, ()):
                 by_part.setdefault(p, []).append(i)
-        self._run_writes([(p, "remove", (np.asarray(v, np.int64),))
-                          for p, v in sorted(by_part.items())])
-        for p, v in by_part.items():
+        return by_part
+
+    def _commit_remove(self, ids: np.ndarray) -> None:
+        for p, v in self._parts_holding(ids).items():
             self._counts[p] -= len(v)
         for i in ids.tolist():
             del self._home[i]

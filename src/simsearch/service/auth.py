@@ -22,7 +22,7 @@ _SERVICE = "/simsearch.v1.SimSearch/"
 WRITE_METHODS = frozenset(
     _SERVICE + m
     for m in ("CreateCollection", "DropCollection", "Train", "Add", "Remove", "Snapshot",
-              "ImportCollection")
+              "ImportCollection", "PutBlob", "DeleteBlob")
 )
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 

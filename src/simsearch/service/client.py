@@ -320,6 +320,53 @@ class Client:
         return RemoteCollection(self, info)
 
 
+    # -- blobs (docs/service.md, "Blobs")
+
+    def put_blob(self, name: str, data: bytes) -> dict[str, Any]:
+        """Store ``data`` on the node as blob ``name`` (replacing it; checksummed end to end)."""
+        import hashlib
+        import json
+
+        step = max(1, self.max_message_bytes - _REQUEST_OVERHEAD)
+        sha = hashlib.sha256(data).hexdigest()
+        chunks = [self._pb.SnapshotChunk(collection=name, config_json=json.dumps({"sha256": sha}))]
+        chunks += [self._pb.SnapshotChunk(data=data[i : i + step])
+                   for i in range(0, len(data), step)]
+        try:
+            info = self._stub.PutBlob(iter(chunks), timeout=self.timeout, metadata=self._metadata)
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        return {"name": info.name, "size": int(info.size), "sha256": info.sha256}
+
+    def get_blob(self, name: str) -> bytes:
+        """A blob's bytes, checked against the checksum the node stored with them."""
+        import hashlib
+        import json
+
+        meta, parts = None, []
+        try:
+            for chunk in self._stub.GetBlob(self._pb.CollectionRequest(name=name),
+                                            timeout=self.timeout, metadata=self._metadata):
+                if meta is None:
+                    meta = json.loads(chunk.config_json)
+                parts.append(chunk.data)
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        data = b"".join(parts)
+        if meta is None or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+            from .errors import DataLossError
+
+            raise DataLossError(f"blob {name!r} arrived damaged (checksum mismatch); retry")
+        return data
+
+    def delete_blob(self, name: str) -> None:
+        self._call("DeleteBlob", self._pb.CollectionRequest(name=name), idempotent=True)
+
+    def list_blobs(self) -> list[dict[str, Any]]:
+        r = self._call("ListBlobs", self._pb.ListCollectionsRequest(), idempotent=True)
+        return [{"name": b.name, "size": int(b.size), "sha256": b.sha256} for b in r.blobs]
+
+
 class RemoteCollection:
     """A collection on a node, with the Index contract's surface. Searches may run
     concurrently; the server serializes writes."""

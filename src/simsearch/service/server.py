@@ -148,8 +148,13 @@ def create_server(
 # command line
 
 
-def add_serve_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--data-dir", required=True, help="where collections, snapshots and logs live")
+def add_serve_arguments(p: argparse.ArgumentParser, data_dir: bool = True
+                        ) -> argparse.ArgumentParser:
+    """The server's flags (shared by ``serve`` and the cluster's shard and coordinator roles;
+    ``data_dir=False`` leaves ``--data-dir`` to the caller)."""
+    if data_dir:
+        p.add_argument("--data-dir", required=True,
+                       help="where collections, snapshots and logs live")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     p.add_argument(
         "--host",
@@ -228,8 +233,13 @@ def _write_ready_file(path: str, info: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    """Run a server until SIGTERM or SIGINT. Returns the process exit code."""
+def run_serve(args: argparse.Namespace, store: Store | None = None, attach=None) -> int:
+    """Run a server until SIGTERM or SIGINT. Returns the process exit code.
+
+    ``store``: serve this store instead of one under ``--data-dir``. ``attach(running, stop)``,
+    called once serving and before the ready file is written, returns ``(cleanup, extra)``:
+    ``cleanup()`` runs first at shutdown, ``extra`` is merged into the ready file; it may set
+    ``stop`` to end the process (the cluster's shard and coordinator roles use it)."""
     from ..eval import thread_limit
 
     if not logging.getLogger().handlers:
@@ -249,7 +259,7 @@ def run_serve(args: argparse.Namespace) -> int:
     with thread_limit(args.threads):
         try:
             running = create_server(
-                args.data_dir,
+                getattr(args, "data_dir", None),
                 args.port,
                 args.host,
                 reflection=args.reflection,
@@ -262,17 +272,21 @@ def run_serve(args: argparse.Namespace) -> int:
                 snapshot_wal_bytes=args.snapshot_wal_bytes,
                 metrics_port=getattr(args, "metrics_port", None),
                 metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
+                store=store,
             )
         except (OSError, ValueError) as exc:
             print(f"simsearch serve: {exc}", file=sys.stderr)
             return 1
         print(f"simsearch: serving on {args.host}:{running.port}", flush=True)
+        cleanup, extra = attach(running, stop) if attach else (None, {})
         if args.ready_file:
             _write_ready_file(args.ready_file, {"port": running.port, "pid": os.getpid(),
-                                                "metrics_port": running.metrics_port})
-        while not stop.wait(1.0):
+                                                "metrics_port": running.metrics_port, **extra})
+        while not stop.wait(0.2):
             pass
         log.info("shutting down (grace %.1f s)", args.grace)
+        if cleanup is not None:
+            cleanup()
         running.stop(args.grace)
     return 0
 

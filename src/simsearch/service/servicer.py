@@ -209,6 +209,41 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         data = b"".join([first.data, *(c.data for c in request_iterator)])
         return _info(self.store.import_collection(first.collection, config, data))
 
+    def _blobs(self):
+        if not hasattr(self.store, "put_blob"):  # a Pyramid coordinator keeps none
+            from ..errors import UnsupportedOperationError
+
+            raise UnsupportedOperationError("this server keeps no blobs (it is a coordinator)")
+        return self.store
+
+    @_rpc
+    def PutBlob(self, request_iterator, context, deadline):
+        first = next(request_iterator, None)
+        if first is None or not first.collection:
+            raise InvalidParameterError("the first chunk must name the blob")
+        meta = convert.load_params(first.config_json, "config_json")
+        data = b"".join([first.data, *(c.data for c in request_iterator)])
+        return pb.BlobInfo(**self._blobs().put_blob(first.collection, data,
+                                                    str(meta.get("sha256", ""))))
+
+    @_rpc
+    def GetBlob(self, request, context, deadline):
+        data, sha = self._blobs().get_blob(request.name)
+        step = max(1, self.max_message_bytes - _RESPONSE_OVERHEAD)
+        chunks = [pb.SnapshotChunk(collection=request.name, config_json=json.dumps(
+            {"sha256": sha, "size": len(data)}))]
+        chunks += [pb.SnapshotChunk(data=data[i : i + step]) for i in range(0, len(data), step)]
+        return iter(chunks)
+
+    @_rpc
+    def DeleteBlob(self, request, context, deadline):
+        self._blobs().delete_blob(request.name)
+        return pb.BlobInfo(name=request.name)
+
+    @_rpc
+    def ListBlobs(self, request, context, deadline):
+        return pb.ListBlobsResponse(blobs=[pb.BlobInfo(**b) for b in self._blobs().list_blobs()])
+
     @_rpc
     def Snapshot(self, request, context, deadline):
         return pb.SnapshotResponse(count=self.store.get(request.name).snapshot(deadline=deadline))

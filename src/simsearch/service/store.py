@@ -47,6 +47,7 @@ from .errors import (
     CollectionNotFoundError,
     DataLossError,
     DeadlineExceededError,
+    ResourceExhaustedError,
     ServiceUnavailableError,
 )
 from .wal import WriteAheadLog, fsync_dir
@@ -61,6 +62,9 @@ DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
 # then costs about one rebuild of what the collection holds, however long the collection churns.
 # The soak found restarts taking minutes under add/remove churn below the byte cap.
 MIN_SNAPSHOT_WAL_BYTES = 16 << 20
+#: blobs (the cluster's router checkpoints) are bounded: one is read whole into memory
+MAX_BLOB_BYTES = 1 << 30
+BLOB_MAGIC = "SSBLOB1"
 
 
 def check_name(name: str) -> str:
@@ -490,6 +494,73 @@ class Store:
             os.rename(col.path, trash)
             fsync_dir(self.root)
             shutil.rmtree(trash, ignore_errors=True)
+
+    # -- blobs (docs/service.md, "Blobs"): small named files beside the collections, e.g. the
+    # Pyramid coordinators' router checkpoints; one file each, header + data, written atomically
+
+    def _blob_path(self, name: str) -> Path:
+        check_name(name)
+        return self.root.parent / "blobs" / name
+
+    def put_blob(self, name: str, data: bytes, sha256: str) -> dict:
+        """Store ``data`` as ``name`` (replacing it) once its checksum matches ``sha256``."""
+        import hashlib
+
+        from ..index import atomic_write
+
+        path = self._blob_path(name)
+        if len(data) > MAX_BLOB_BYTES:
+            raise ResourceExhaustedError(
+                f"a blob may hold at most {MAX_BLOB_BYTES} bytes; got {len(data)}")
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != sha256:
+            raise InvalidParameterError(
+                f"blob {name!r}: the data's sha256 is {digest}, the request says {sha256!r}; "
+                "nothing was stored")
+        header = f"{BLOB_MAGIC} {digest} {len(data)}\n".encode()
+        with self._lock:
+            path.parent.mkdir(exist_ok=True)
+            atomic_write(path, lambda f: (f.write(header), f.write(data)))
+        return {"name": name, "size": len(data), "sha256": digest}
+
+    def get_blob(self, name: str) -> tuple[bytes, str]:
+        """``(data, sha256)``; CollectionNotFoundError if absent, DataLossError if damaged."""
+        import hashlib
+
+        path = self._blob_path(name)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise CollectionNotFoundError(f"no blob named {name!r}") from None
+        head, _, data = raw.partition(b"\n")
+        parts = head.decode(errors="replace").split()
+        if len(parts) != 3 or parts[0] != BLOB_MAGIC or int(parts[2]) != len(data) or \
+                hashlib.sha256(data).hexdigest() != parts[1]:
+            raise DataLossError(f"blob {name!r} on this node is damaged (checksum mismatch)")
+        return data, parts[1]
+
+    def delete_blob(self, name: str) -> bool:
+        """Remove a blob; False if there was none (deleting is idempotent)."""
+        path = self._blob_path(name)
+        with self._lock:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            fsync_dir(path.parent)
+            return True
+
+    def list_blobs(self) -> list[dict]:
+        d = self.root.parent / "blobs"
+        out = []
+        for p in sorted(d.iterdir()) if d.exists() else []:
+            if p.name.startswith("."):
+                continue
+            with open(p, "rb") as f:
+                parts = f.readline().decode(errors="replace").split()
+            if len(parts) == 3:
+                out.append({"name": p.name, "size": int(parts[2]), "sha256": parts[1]})
+        return out
 
     def close(self) -> None:
         with self._lock:

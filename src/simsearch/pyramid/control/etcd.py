@@ -407,6 +407,27 @@ class Etcd:
         """``{key relative to the client's prefix: (value, mod_revision)}`` under ``sub``."""
         return self.get_prefix_rev(sub)[0]
 
+    def get_from(self, sub: str, start: str, keys_only: bool = False
+                 ) -> list[tuple[str, bytes, int]]:
+        """Keys under ``sub`` from ``start`` (inclusive, relative keys) to the prefix's end, in
+        key order: ``[(key, value, mod_revision)]`` (values empty with ``keys_only``)."""
+        end = _prefix_end(self.full(sub).encode())
+        resp = self._call(f"get range {start}", self._client.get_range_response,
+                          self.full(start), end, keys_only=keys_only)
+        return [(self.rel(kv.key), bytes(kv.value), int(kv.mod_revision)) for kv in resp.kvs]
+
+    def delete_range(self, start: str, end: str) -> int:
+        """Delete keys in ``[start, end)`` (relative keys); returns how many."""
+        req = self._etcd3.etcdrpc.DeleteRangeRequest(key=self.full(start).encode(),
+                                                     range_end=self.full(end).encode())
+
+        def call():
+            return self._client.kvstub.DeleteRange(
+                req, self.timeout, credentials=self._client.call_credentials,
+                metadata=self._client.metadata)
+
+        return int(self._call(f"delete range {start}", call).deleted)
+
     # -- writes
     def put(self, key: str, value: bytes | str, lease: Lease | int | None = None) -> int:
         """Unconditional put; returns the new revision."""
@@ -907,3 +928,14 @@ class _PrefixWatch:
                 except Exception as exc:  # the stream is usually gone already
                     log.debug("cancel watch %s: %s", self._watch_id, exc)
                 self._watch_id = None
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest key above every key starting with ``prefix`` (etcd's range_end)."""
+    b = bytearray(prefix)
+    while b and b[-1] == 0xFF:
+        b.pop()
+    if not b:
+        return b"\0"
+    b[-1] += 1
+    return bytes(b)

@@ -164,6 +164,22 @@ class SnapshotResponse(_message.Message):
     count: int
     def __init__(self, count: _Optional[int] = ...) -> None: ...
 
+class BlobInfo(_message.Message):
+    __slots__ = ("name", "size", "sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size: int
+    sha256: str
+    def __init__(self, name: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class ListBlobsResponse(_message.Message):
+    __slots__ = ("blobs",)
+    BLOBS_FIELD_NUMBER: _ClassVar[int]
+    blobs: _containers.RepeatedCompositeFieldContainer[BlobInfo]
+    def __init__(self, blobs: _Optional[_Iterable[_Union[BlobInfo, _Mapping]]] = ...) -> None: ...
+
 class ServerInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

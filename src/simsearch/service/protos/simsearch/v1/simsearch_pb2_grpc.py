@@ -94,6 +94,26 @@ class SimSearchStub:
                 request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
                 response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionInfo.FromString,
                 _registered_method=True)
+        self.PutBlob = channel.stream_unary(
+                '/simsearch.v1.SimSearch/PutBlob',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.BlobInfo.FromString,
+                _registered_method=True)
+        self.GetBlob = channel.unary_stream(
+                '/simsearch.v1.SimSearch/GetBlob',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
+                _registered_method=True)
+        self.DeleteBlob = channel.unary_unary(
+                '/simsearch.v1.SimSearch/DeleteBlob',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.BlobInfo.FromString,
+                _registered_method=True)
+        self.ListBlobs = channel.unary_unary(
+                '/simsearch.v1.SimSearch/ListBlobs',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListCollectionsRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListBlobsResponse.FromString,
+                _registered_method=True)
 
 
 class SimSearchServicer:
@@ -172,6 +192,32 @@ class SimSearchServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutBlob(self, request_iterator, context):
+        """Added for the pyramid control plane: named blobs (first chunk: name, config_json
+        {"sha256": hex}); servers without them answer UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBlob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteBlob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBlobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SimSearchServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +280,26 @@ def add_SimSearchServicer_to_server(servicer, server):
                     servicer.ImportCollection,
                     request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
                     response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionInfo.SerializeToString,
+            ),
+            'PutBlob': grpc.stream_unary_rpc_method_handler(
+                    servicer.PutBlob,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.BlobInfo.SerializeToString,
+            ),
+            'GetBlob': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetBlob,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
+            ),
+            'DeleteBlob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteBlob,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.BlobInfo.SerializeToString,
+            ),
+            'ListBlobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBlobs,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListCollectionsRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListBlobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -560,6 +626,114 @@ class SimSearch:
             '/simsearch.v1.SimSearch/ImportCollection',
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutBlob(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/simsearch.v1.SimSearch/PutBlob',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.BlobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBlob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/GetBlob',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SnapshotChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteBlob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/DeleteBlob',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.BlobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBlobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/ListBlobs',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListCollectionsRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListBlobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

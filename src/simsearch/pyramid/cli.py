@@ -1,0 +1,106 @@
+"""``simsearch cluster ...`` (docs/cluster.md): the roles (``shard``, ``coordinator``) and the
+local launcher's commands (``up``, ``add-shard``, ``drain``, ``status``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .launcher import DEFAULT_CLUSTER
+
+
+def _etcd_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--etcd", required=required,
+                   help="etcd endpoints, http://HOST:PORT[,http://HOST:PORT...]")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                   help=f"the cluster's name: its keys live under /simsearch/NAME/ "
+                        f"(default {DEFAULT_CLUSTER})")
+
+
+def _role_args(p: argparse.ArgumentParser) -> None:
+
+    _etcd_args(p, required=True)
+    p.add_argument("--lease-ttl", type=float, default=3.0,
+                   help="seconds of silence before etcd drops this process (default 3)")
+    p.add_argument("--advertise", help="HOST:PORT others reach this process at "
+                                       "(default --host:--port)")
+
+
+def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``cluster up | add-shard | drain | status | shard | coordinator``."""
+    from ..service.server import add_serve_arguments
+    from . import launcher
+    from .coordinator import run_coordinator
+    from .shardnode import run_shard
+
+    p = subparsers.add_parser("cluster", help="a Pyramid cluster: shards, coordinators, etcd")
+    sub = p.add_subparsers(dest="cluster_command", required=True)
+
+    up = sub.add_parser("up", help="start etcd, shard servers and coordinators on loopback")
+    up.add_argument("--shards", type=int, default=3)
+    up.add_argument("--replicas", type=int, default=2)
+    up.add_argument("--coordinators", type=int, default=1,
+                    help="coordinator processes; one is elected leader, the others follow")
+    up.add_argument("--data-dir", required=True)
+    _etcd_args(up, required=False)
+    up.add_argument("--lease-ttl", type=float, default=3.0)
+    up.add_argument("--port", type=int, default=0, help="first coordinator port (0: free port)")
+    up.add_argument("--threads", type=int, default=1, help="search threads per process")
+    up.add_argument("--no-restart", dest="restart", action="store_false",
+                    help="do not restart processes that exit")
+    up.add_argument("--restart-delay", type=float, default=1.0)
+    up.set_defaults(func=launcher.run_up)
+
+    for name, fn, text in (("status", launcher.run_status, "processes, parts and sync state"),
+                           ("add-shard", launcher.run_add_shard,
+                            "start one more shard of a `cluster up`"),
+                           ("drain", launcher.run_drain,
+                            "move a shard's replicas away, then stop it")):
+        sp = sub.add_parser(name, help=text)
+        if name == "drain":
+            sp.add_argument("id", type=int, help="the shard's id (see `cluster status`)")
+        sp.add_argument("--data-dir", help="the directory of a `cluster up`")
+        _etcd_args(sp, required=False)
+        if name == "status":
+            sp.add_argument("--json", action="store_true", help="one JSON object")
+        else:
+            sp.add_argument("--timeout", type=float, default=600.0)
+        sp.set_defaults(func=fn)
+
+    sh = sub.add_parser("shard", help="run one shard server that registers in etcd")
+    add_serve_arguments(sh)
+    _role_args(sh)
+    sh.add_argument("--shard-id", type=int,
+                    help="take this id if --data-dir has none (a shard replacing a lost disk)")
+    sh.set_defaults(func=run_shard)
+
+    co = sub.add_parser("coordinator", help="run one coordinator (elected leader or follower)")
+    add_serve_arguments(co, data_dir=False)
+    _role_args(co)
+    co.add_argument("--replicas", type=int, default=2,
+                    help="replicas per part, if the cluster has no setting yet")
+    co.add_argument("--health-interval", type=float, default=0.2)
+    co.add_argument("--shard-token-file", help="a file holding the read-write token for shards")
+    co.add_argument("--shard-tls-ca", help="PEM CA of the shards' TLS certificates")
+    co.set_defaults(func=run_coordinator)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="simsearch")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_cluster_parser(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] != "cluster":
+        argv = ["cluster", *argv]
+    args = parser.parse_args(argv)
+    if not logging.getLogger().handlers and args.func.__name__ not in ("run_shard",
+                                                                        "run_coordinator"):
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,640 @@
+"""Coordinators (docs/cluster.md, "Coordinators"): peers with an elected leader.
+
+Every coordinator serves the node's gRPC API over the cluster's collections. Each keeps every
+collection's router (a PyramidIndex whose parts are remote) in memory, rebuilt from the router
+checkpoint on the shard servers and kept current by the router log in etcd, so any coordinator
+answers searches. The elected leader is the only writer: it applies a write on the parts'
+replicas, then appends the write's routing decisions to the log in one transaction fenced by
+its election, and acknowledges only if that append landed. Followers forward writes to the
+leader. The leader also re-copies stale replicas, moves replicas onto new shards and off
+draining ones, and retires drained shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from ..errors import InvalidParameterError, SimsearchError
+from ..index import SearchResult, as_id_array, as_matrix
+from ..service.errors import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    CoordinationError,
+    NotLeaderError,
+    ServiceUnavailableError,
+)
+from . import routerlog
+from .control.election import Election
+from .control.etcd import Compare, Etcd
+from .control.placement import next_move, place
+from .control.state import ClusterState
+from .datapath import DEADLINE, ShardPool, load_router
+
+log = logging.getLogger(__name__)
+
+#: router log records between two router checkpoints (a checkpoint bounds replay at take-over)
+CHECKPOINT_EVERY = 200
+#: a shard unregistered this long has its replicas re-made elsewhere (the replication factor)
+REPLACE_AFTER = 30.0
+#: how often the leader looks for replica moves
+REBALANCE_INTERVAL = 0.5
+
+
+def _log_key(name: str, seq: int) -> str:
+    return f"log/{name}/{seq:012d}"
+
+
+class ClusterCollection:
+    """One collection as a coordinator serves it: a router copy, current to log record
+    ``applied``."""
+
+    def __init__(self, coord: Coordinator, name: str, config: dict):
+        self.coord, self.name, self.config = coord, name, config
+        self.router = None
+        self.applied = 0
+        self.checkpoint_seq = 0
+        self.write_lock = threading.RLock()  # the leader's writes, and log replay, one at a time
+        self._checkpointing = False
+
+    # -- the router copy --------------------------------------------------------------------
+
+    def _new_router(self):
+        from .index import PyramidIndex
+
+        c = self.config
+        r = PyramidIndex(c["dim"], c["metric"], **c["params"])
+        r.part_prefix = self.name
+        r.parts_factory = self.coord.pool.make_parts
+        return r
+
+    def _load_checkpoint(self, meta: dict) -> None:
+        data = None
+        for sid in meta["holders"]:
+            try:
+                data = self.coord.pool.client(sid).get_blob(meta["blob"])
+                break
+            except Exception as exc:  # try the next holder
+                log.warning("%s: router checkpoint %s not read from shard %d: %s", self.name,
+                            meta["blob"], sid, exc)
+        if data is None:
+            raise ServiceUnavailableError(
+                f"{self.name}: no shard holding router checkpoint {meta['blob']} answered; retry")
+        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+            raise ServiceUnavailableError(f"{self.name}: router checkpoint checksum mismatch")
+        router = load_router(data, self.coord.pool)
+        router.part_prefix = self.name
+        self.router, self.applied = router, int(meta["seq"])
+        self.checkpoint_seq = self.applied
+
+    def catch_up(self) -> None:
+        """Apply the log records this copy has not seen (loading the checkpoint when the log
+        was compacted past them, or on first use)."""
+        with self.write_lock:
+            meta = self.coord.etcd.get(f"router/{self.name}")[0]
+            meta = json.loads(meta) if meta else None
+            if self.router is None or (meta and meta["seq"] > self.applied):
+                if meta is None:
+                    self.router, self.applied = self._new_router(), 0
+                else:
+                    self._load_checkpoint(meta)
+            recs = self.coord.etcd.get_from(f"log/{self.name}/",
+                                            _log_key(self.name, self.applied + 1))
+            for key, value, _ in recs:
+                seq = int(key.rsplit("/", 1)[1])
+                if seq != self.applied + 1:  # compacted under us: start from the checkpoint
+                    self.router = None
+                    return self.catch_up()
+                self.router.apply_journal(routerlog.decode(value))
+                self.applied = seq
+
+    def current(self):
+        if self.router is None:
+            self.catch_up()
+        return self.router
+
+    def invalidate(self) -> None:
+        """Drop the copy (it may be ahead of the log after a failed append); reload on use."""
+        with self.write_lock:
+            self.router = None
+
+    # -- the leader's writes ----------------------------------------------------------------
+
+    def _append(self, records: list[dict]) -> None:
+        """Make a write's decisions durable: one log record, fenced by the election. Raises
+        (and drops this copy, which is now ahead of the log) if it did not land."""
+        coord = self.coord
+        try:
+            data = routerlog.encode(records)
+            seq = self.applied + 1
+            if data is None:  # too big for etcd: a checkpoint carries this write instead
+                self._checkpoint_locked(seq)
+            elif not coord.etcd.cas([*coord.fence(),
+                                     Compare.absent(_log_key(self.name, seq))],
+                                    {_log_key(self.name, seq): data}):
+                raise NotLeaderError("the write's log record was refused: this coordinator is "
+                                     "no longer the leader; retry")
+            self.applied = seq
+        except (CoordinationError, SimsearchError):
+            self.router = None
+            raise
+        if self.applied - self.checkpoint_seq >= CHECKPOINT_EVERY and not self._checkpointing:
+            self._checkpointing = True
+            threading.Thread(target=self._background_checkpoint, daemon=True).start()
+
+    def _background_checkpoint(self) -> None:
+        try:
+            with self.write_lock:
+                seq, data = self.applied, self._router_bytes()
+            self._put_checkpoint(seq, data)
+        except Exception as exc:
+            log.warning("%s: router checkpoint failed: %s", self.name, exc)
+        finally:
+            self._checkpointing = False
+
+    def _router_bytes(self) -> bytes:
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "router.idx"
+            self.router.save(path)
+            return path.read_bytes()
+
+    def _checkpoint_locked(self, seq: int) -> None:
+        self._put_checkpoint(seq, self._router_bytes())
+
+    def _put_checkpoint(self, seq: int, data: bytes) -> None:
+        """Store the router as of log record ``seq`` on its holders, then point etcd at it
+        (fenced) and drop the log records it covers and the older blob."""
+        coord = self.coord
+        blob = f"{self.name}.router.{seq}"
+        holders = []
+        for sid in coord.checkpoint_holders():
+            try:
+                coord.pool.client(sid).put_blob(blob, data)
+                holders.append(sid)
+            except Exception as exc:
+                log.warning("%s: checkpoint not stored on shard %d: %s", self.name, sid, exc)
+        if not holders:
+            raise ServiceUnavailableError(f"{self.name}: no shard took the router checkpoint")
+        key = f"router/{self.name}"
+        old, rev = coord.etcd.get(key)
+        old = json.loads(old) if old else None
+        meta = {"seq": seq, "blob": blob, "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data), "holders": holders}
+        if not coord.etcd.cas([*coord.fence(), Compare.mod(key, rev)],
+                              {key: json.dumps(meta)}):
+            raise NotLeaderError("router checkpoint refused: no longer the leader")
+        self.checkpoint_seq = max(self.checkpoint_seq, seq)
+        coord.etcd.delete_range(f"log/{self.name}/", _log_key(self.name, seq + 1))
+        if old:
+            for sid in old["holders"]:
+                with contextlib.suppress(Exception):
+                    coord.pool.client(sid).delete_blob(old["blob"])
+        log.info("%s: router checkpoint at log record %d (%d bytes on shards %s)", self.name,
+                 seq, len(data), holders)
+
+    def _write(self, fn):
+        coord = self.coord
+        coord.require_leader()
+        with self.write_lock:
+            router = self.current()
+            router.journal = []
+            try:
+                out = fn(router)
+            finally:
+                records, router.journal = router.journal, None
+                if records:  # what reached the parts is logged even if the rest failed
+                    self._append(records)
+            return out
+
+    # -- the store collection surface (what the servicer calls) -----------------------------
+
+    def describe(self) -> dict[str, Any]:
+        r = self.current()
+        c = self.config
+        return {"name": self.name, "dim": c["dim"], "metric": c["metric"], "kind": c["kind"],
+                "params": c["params"], "count": len(r), "trained": r.is_trained,
+                "needs_training": True, "supports_remove": True,
+                "search_params": sorted(r.search_params)}
+
+    def stats(self) -> dict[str, Any]:
+        r = self.router
+        return {"damaged": False, "items": len(r) if r is not None else 0, "wal_bytes": 0,
+                "snapshot_time": time.time()}
+
+    def search(self, q: Any, k: int, params: dict, deadline: float | None = None
+               ) -> SearchResult:
+        token = DEADLINE.set(deadline)
+        try:
+            return self.current().search(q, k, **params)
+        finally:
+            DEADLINE.reset(token)
+
+    def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None):
+        if not self.coord.is_leader():
+            out = self.coord.forward(lambda c: c.collection(self.name).add(x, ids, upsert=upsert))
+            self.catch_up()
+            return out
+
+        def write(router):
+            xs = as_matrix(x, router.dim, router.metric)
+            if upsert and ids is not None:
+                arr = as_id_array(ids)
+                present = arr[router.contains(arr)]
+                if present.size:
+                    router.remove(present)
+                return router.add(xs, arr)
+            return router.add(xs, ids)
+
+        return self._write(write)
+
+    def remove(self, ids, deadline: float | None = None, missing_ok: bool = False) -> int:
+        if not self.coord.is_leader():
+            out = self.coord.forward(
+                lambda c: c.collection(self.name).remove(ids, missing_ok=missing_ok))
+            self.catch_up()
+            return out
+
+        def write(router):
+            arr = as_id_array(ids)
+            if missing_ok:
+                arr = arr[router.contains(arr)]
+            return router.remove(arr)
+
+        return self._write(write)
+
+    def train(self, x, deadline: float | None = None) -> None:
+        coord = self.coord
+        if not coord.is_leader():
+            coord.forward(lambda c: c.collection(self.name).train(x))
+            self.catch_up()
+            return
+        coord.require_leader()
+        with self.write_lock:
+            router = self.current()
+            coord.place_collection(self.name, router.n_parts)
+            router.train(x)  # RetrainNonEmptyError if it holds items
+            seq = self.applied + 1
+            try:
+                self._checkpoint_locked(seq)  # the trained model is durable before we answer
+            except Exception:
+                self.router = None
+                raise
+            self.applied = seq
+
+    def snapshot(self, deadline: float | None = None) -> int:
+        """A router checkpoint now (on the leader)."""
+        if not self.coord.is_leader():
+            return self.coord.forward(lambda c: c.collection(self.name).snapshot())
+        self.coord.require_leader()
+        with self.write_lock:
+            r = self.current()
+            if r.is_trained and self.applied > self.checkpoint_seq:
+                self._checkpoint_locked(self.applied)
+            return len(r)
+
+    def export_bytes(self, deadline: float | None = None) -> bytes:
+        with self.write_lock:
+            self.current()
+            return self._router_bytes()
+
+    def close(self) -> None:
+        self.router = None
+
+
+class Coordinator:
+    """One coordinator: its etcd session, election, cluster state, shard pool and routers.
+    Also the ``store`` the node's servicer serves."""
+
+    def __init__(self, etcd: Etcd, lease_ttl: float = 3.0, replicas: int = 2,
+                 pool_options: dict | None = None):
+        """Reads the cluster state at once; ``start(address)`` joins the election once the
+        server is bound (its address is the candidate's name)."""
+        from ..service.client import connect
+
+        self._connect = connect
+        self.etcd = etcd
+        self.lease_ttl = lease_ttl
+        self.address: str | None = None
+        self.election: Election | None = None
+        self.registration = None
+        self.state = ClusterState(etcd)
+        etcd.put_if_absent("config", json.dumps({"replicas": int(replicas)}))
+        self.state.refresh("config")
+        self._collections: dict[str, ClusterCollection] = {}
+        self._lock = threading.Lock()
+        self._leader_client = (None, None)
+        self._since_unregistered: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._cancel_log_watch = None
+        self.pool = ShardPool(self.state, is_leader=self.is_leader, fence=self.fence,
+                              **(pool_options or {}))
+        self.state.listeners.append(self._on_state)
+
+    def start(self, address: str) -> Coordinator:
+        """Register as ``address``, follow the router log, and campaign for leadership."""
+        import os
+
+        self.address = address
+        self._cancel_log_watch = self.etcd.watch_prefix("log/", self._on_log)
+        self.registration = self.etcd.register(f"coordinators/{address}", json.dumps(
+            {"address": address, "pid": os.getpid()}), self.lease_ttl)
+        self.election = Election(self.etcd, "leader", address, ttl=self.lease_ttl,
+                                 on_elected=self._wake.set, on_lost=self._on_lost)
+        threading.Thread(target=self._leader_loop, name="coordinator-leader", daemon=True).start()
+        self.election.start()
+        return self
+
+    # -- roles ------------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self.election is not None and self.election.is_leader()
+
+    def fence(self) -> list[Compare]:
+        """The election's fence for a state change (NotLeaderError, UNAVAILABLE, if we are not
+        the leader)."""
+        if self.election is None:
+            raise NotLeaderError("this coordinator has not joined the election yet")
+        return self.election.fence()
+
+    def require_leader(self) -> None:
+        self.fence()
+
+    def _on_lost(self, reason: str) -> None:
+        log.warning("coordinator %s: no longer the leader (%s)", self.address, reason)
+
+    def forward(self, fn):
+        """Run ``fn(client)`` against the leader (followers' writes)."""
+        leader = self.election.leader() if self.election is not None else None
+        if leader is None:
+            raise ServiceUnavailableError("no coordinator is leader right now; retry shortly")
+        if leader == self.address:
+            raise ServiceUnavailableError("this coordinator is being elected; retry shortly")
+        addr, cli = self._leader_client
+        if addr != leader:
+            if cli is not None:
+                cli.close()
+            cli = self._connect(leader, timeout=self.pool.timeout)
+            self._leader_client = (leader, cli)
+        return fn(cli)
+
+    # -- the store surface ------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return sorted(self.state.collections())
+
+    def get(self, name: str) -> ClusterCollection:
+        with self._lock:
+            col = self._collections.get(name)
+        if col is not None:
+            return col
+        config = self.state.collections().get(name) or \
+            (self.state.refresh(f"collections/{name}")[0])
+        if config is None:
+            raise CollectionNotFoundError(f"no collection named {name!r}")
+        with self._lock:
+            return self._collections.setdefault(name, ClusterCollection(self, name, config))
+
+    def create(self, name: str, dim: int, metric: str, kind: str, params: dict):
+        from ..service.store import check_name
+        from .index import PyramidIndex
+
+        if not self.is_leader():
+            self.forward(lambda c: c.create_collection(name, dim, metric, kind, **params))
+            self.state.refresh(f"collections/{name}")
+            return self.get(name)
+        check_name(name)
+        if kind != "pyramid":
+            raise InvalidParameterError(
+                f"a Pyramid coordinator creates kind 'pyramid' collections; got {kind!r}")
+        PyramidIndex(dim, metric, **params)  # validates the parameters now
+        config = {"dim": int(dim), "metric": metric, "kind": kind, "params": params}
+
+        def create(existing):
+            if existing is not None:
+                raise CollectionExistsError(f"collection {name!r} already exists")
+            return {f"collections/{name}": config}, []
+
+        self.state.change(self.fence, [f"collections/{name}"], create)
+        return self.get(name)
+
+    def drop(self, name: str) -> None:
+        if not self.is_leader():
+            self.forward(lambda c: c.drop_collection(name))
+            self._forget(name)
+            return
+        col = self.get(name)
+        with col.write_lock:
+            router_meta = self.state.refresh(f"router/{name}")[0]
+            parts = self.state.part_map(name).get("parts", {})
+            keys = [f"collections/{name}", f"map/{name}", f"router/{name}"]
+            self.state.change(self.fence, keys,
+                              lambda *vals: ({}, [k for k, v in zip(keys, vals, strict=True)
+                                                  if v is not None]))
+            self.etcd.delete_prefix(f"log/{name}/")
+            self._forget(name)
+        for part, e in parts.items():  # best effort: a shard that is down keeps an orphan
+            for sid in e["replicas"]:
+                try:
+                    self.pool.client(sid).drop_collection(part)
+                except Exception as exc:
+                    log.warning("could not drop %s on shard %d: %s", part, sid, exc)
+            self.pool.parts.pop(part, None)
+        for sid in (router_meta or {}).get("holders", []):
+            with contextlib.suppress(Exception):
+                self.pool.client(sid).delete_blob(router_meta["blob"])
+
+    def import_collection(self, name: str, config: dict, data: bytes):
+        raise InvalidParameterError(
+            "a Pyramid coordinator does not import collections; create one and add the vectors")
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            col = self._collections.pop(name, None)
+        if col is not None:
+            col.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self.election is not None:  # resigning first: a standby takes over at once
+            self.election.close()
+        if self._cancel_log_watch is not None:
+            self._cancel_log_watch()
+        if self.registration is not None:
+            self.registration.close()
+        self.state.close()
+        self.pool.close()
+        self.etcd.close()
+
+    # -- keeping copies current -------------------------------------------------------------
+
+    def _on_log(self, events) -> None:
+        names = {ev.key.split("/")[1] for ev in events if ev.kind == "put"}
+        for name in names:
+            with self._lock:
+                col = self._collections.get(name)
+            if col is not None and col.router is not None:
+                try:
+                    col.catch_up()
+                except Exception as exc:
+                    log.warning("%s: could not follow the router log: %s", name, exc)
+                    col.invalidate()
+
+    def _on_state(self, key: str) -> None:
+        if key.startswith("collections/") and self.state.get(key)[0] is None:
+            self._forget(key.split("/", 1)[1])
+        elif key.startswith("router/"):
+            name = key.split("/", 1)[1]
+            with self._lock:
+                col = self._collections.get(name)
+            meta = self.state.get(key)[0]
+            if col is not None and meta and meta["seq"] > col.applied:
+                threading.Thread(target=col.catch_up, daemon=True).start()
+        if key.startswith(("shards/", "draining/")):
+            self._wake.set()
+
+    # -- placement (the leader) -------------------------------------------------------------
+
+    def active_shards(self) -> list[int]:
+        draining, retired = self.state.draining(), self.state.retired()
+        return sorted(s for s in self.state.shards() if s not in draining | retired)
+
+    def checkpoint_holders(self) -> list[int]:
+        """Where router checkpoints go: up to three live shards (replication beyond one)."""
+        live = [s for s in self.active_shards() if self.pool.up.get(s)] or self.active_shards()
+        return live[: max(3, self.state.replicas)]
+
+    def place_collection(self, name: str, n_parts: int) -> None:
+        """Give a collection's parts their replicas (once, before training)."""
+        parts = [f"{name}.p{j}" for j in range(n_parts)]
+
+        def edit(m):
+            if m and set(m.get("parts", {})) == set(parts):
+                return None
+            others = {p: r for p, r in self.state.all_parts().items()
+                      if not p.startswith(f"{name}.p")}
+            cmap = place(parts, self.state.replicas, self.active_shards(), others)
+            entry = {p: {"replicas": r, "in_sync": list(r)} for p, r in cmap.items()}
+            return {f"map/{name}": {"epoch": int((m or {}).get("epoch", 0)) + 1,
+                                    "parts": entry}}, []
+
+        self.state.change(self.fence, [f"map/{name}"], edit)
+
+    def _leader_loop(self) -> None:
+        was = False
+        while not self._stop.is_set():
+            self._wake.wait(REBALANCE_INTERVAL)
+            self._wake.clear()
+            leading = self.is_leader()
+            try:
+                if leading and not was:
+                    self._take_over()
+                if leading:
+                    self._rebalance_step()
+            except NotLeaderError:
+                leading = False
+            except Exception as exc:
+                log.warning("coordinator %s: leader duty failed: %s", self.address, exc)
+                leading = False  # retry the take-over steps next round
+            was = leading
+
+    def _take_over(self) -> None:
+        """A new leader: every router current to the end of the log, every shard checked."""
+        log.warning("coordinator %s: leading", self.address)
+        for name in self.names():
+            self.get(name).catch_up()
+        for sid in self.state.shards():
+            self.pool.recover(sid)
+
+    def _rebalance_step(self) -> None:
+        now = time.monotonic()
+        registered = self.state.shards()
+        cmap = self.state.all_parts()
+        for sids in cmap.values():
+            for s in sids:
+                if s not in registered:
+                    self._since_unregistered.setdefault(s, now)
+        for s in list(self._since_unregistered):
+            if s in registered:
+                del self._since_unregistered[s]
+        gone = {s for s, t in self._since_unregistered.items() if now - t > REPLACE_AFTER}
+        draining = self.state.draining() | gone
+        active = [s for s in self.active_shards() if self.pool.up.get(s)]
+        move = next_move(cmap, active, draining)
+        if move is not None:
+            self._move(move)
+            self._wake.set()  # the next move at once
+            return
+        for s in self.state.draining():  # drained: tell it to stop
+            if not any(s in r for r in cmap.values()) and s not in self.state.retired():
+                self.state.change(self.fence, [f"retired/{s}"],
+                                  lambda v, s=s: None if v else ({f"retired/{s}": "1"}, []))
+                log.warning("shard %d drained and retired", s)
+
+    def _move(self, move) -> None:
+        """Copy a part replica to its new shard under the part's write lock, switch the map
+        (reads and writes go to the new copy), then drop the old copy."""
+        name = move.part.rsplit(".p", 1)[0]
+        self.get(name).current()  # the part objects exist once the router is loaded
+        part = self.pool.parts.get(move.part)
+        if part is None:
+            log.warning("cannot move %s: its collection is not trained", move.part)
+            return
+        t0 = time.monotonic()
+        with part.write_lock:
+            e = self.state.part_entry(move.part)
+            sources = [s for s in e["in_sync"] if self.pool.up.get(s)]
+            sources.sort(key=lambda s: s != move.source)
+            if not sources:
+                log.warning("cannot move %s: no in-sync replica is up", move.part)
+                return
+            config, data = self.pool.client(sources[0]).export_collection(move.part)
+            self.pool.client(move.target).import_collection(move.part, config, data)
+
+            def switch(e):
+                if move.source not in e["replicas"] or move.target in e["replicas"]:
+                    return None
+                e["replicas"] = sorted([s for s in e["replicas"] if s != move.source]
+                                       + [move.target])
+                e["in_sync"] = sorted([s for s in e["in_sync"] if s != move.source]
+                                      + [move.target])
+                return e
+
+            self.state.update_part(self.fence, move.part, switch)
+        self.pool.up.setdefault(move.target, True)
+        with contextlib.suppress(Exception):
+            self.pool.client(move.source).drop_collection(move.part)
+        log.warning("moved %s from shard %d to shard %d (%d bytes, %.2f s)", move.part,
+                    move.source, move.target, len(data), time.monotonic() - t0)
+
+
+def run_coordinator(args) -> int:
+    """``simsearch cluster coordinator``: serve the cluster's collections and join the
+    election (docs/cluster.md)."""
+    from ..service.server import run_serve
+
+    token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
+    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
+    coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
+                        pool_options={"health_interval": args.health_interval, "token": token,
+                                      "tls_ca": args.shard_tls_ca})
+
+    def attach(running, stop):
+        coord.start(args.advertise or f"{args.host}:{running.port}")
+
+        def cleanup():
+            if coord.election is not None:
+                coord.election.close()  # resign now: a standby leads within one watch event
+
+        return cleanup, {"address": coord.address, "role": "coordinator"}
+
+    return run_serve(args, store=coord, attach=attach)

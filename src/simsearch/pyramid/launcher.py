@@ -1,0 +1,418 @@
+"""A local cluster on one machine (docs/cluster.md, "Running a cluster"): ``simsearch cluster up``
+starts etcd (unless ``--etcd`` names one), shard servers and coordinators, and supervises them;
+``add-shard``, ``drain`` and ``status`` act on it. Every process is an ordinary cluster member:
+the launcher only starts and restarts processes. ``DIR/up.json`` records what it started (pids,
+addresses, where etcd is) for ``status`` and tests; the cluster's truth is in etcd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..errors import SimsearchError
+from ..index import atomic_write
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER = "pyramid"
+
+
+def _atomic_json(path: Path, obj) -> None:
+    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1).encode()))
+
+
+def _spawn(cmd: list[str], ready: Path, log_path: Path, timeout: float = 120.0):
+    ready.unlink(missing_ok=True)
+    with open(log_path, "ab") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    what = " ".join(cmd[3:5])
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; see {log_path}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            raise RuntimeError(f"{what} did not become ready; see {log_path}")
+        time.sleep(0.05)
+    return proc, json.loads(ready.read_text())
+
+
+class _Supervisor:
+    """The processes of ``cluster up``: start, restart, add a shard, write ``up.json``."""
+
+    def __init__(self, args: argparse.Namespace, d: Path, etcd_url: str, etcd_pid: int | None):
+        self.args, self.d = args, d
+        self.etcd_url, self.etcd_pid = etcd_url, etcd_pid
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.info: dict[str, dict] = {}
+        self.lock = threading.Lock()
+
+    def _common(self, role: str) -> list[str]:
+        a = self.args
+        return ["--etcd", self.etcd_url, "--cluster", a.cluster, "--host", "127.0.0.1",
+                "--ready-file", str(self.d / f"{role}.ready"), "--log-level", "WARNING",
+                "--threads", str(a.threads), "--lease-ttl", str(a.lease_ttl)]
+
+    def cmd(self, role: str) -> list[str]:
+        base = [sys.executable, "-m", "simsearch.pyramid.cli", "cluster"]
+        port = self.info.get(role, {}).get("port", 0)
+        if role.startswith("shard-"):
+            sid = self.info.get(role, {}).get("id")  # a restart keeps its id if its disk is lost
+            return [*base, "shard", *self._common(role), "--port", str(port), "--data-dir",
+                    str(self.d / role), "--workers", "8",
+                    *(["--shard-id", str(sid)] if sid is not None else [])]
+        i = int(role.split("-")[1])
+        if not port and self.args.port:
+            port = self.args.port + i
+        return [*base, "coordinator", *self._common(role), "--port", str(port),
+                "--replicas", str(self.args.replicas), "--workers", "16"]
+
+    def start(self, role: str) -> None:
+        proc, ready = _spawn(self.cmd(role), self.d / f"{role}.ready", self.d / f"{role}.log")
+        with self.lock:
+            self.procs[role] = proc
+            self.info[role] = {"pid": proc.pid, "port": ready["port"],
+                               "address": ready["address"],
+                               **({"id": ready["id"]} if "id" in ready else {})}
+        self.write()
+
+    def next_shard(self) -> str:
+        n = sum(r.startswith("shard-") for r in self.info)
+        return f"shard-{n}"
+
+    def write(self) -> None:
+        with self.lock:
+            _atomic_json(self.d / "up.json", {
+                "etcd": self.etcd_url, "etcd_pid": self.etcd_pid, "cluster": self.args.cluster,
+                "supervisor": os.getpid(), "processes": self.info})
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Start etcd (or use --etcd), shards and coordinators on loopback; supervise them until
+    SIGTERM/SIGINT (restarting a process that dies unless --no-restart; a retired shard stays
+    stopped). SIGUSR1 starts one more shard (``cluster add-shard``)."""
+    from .control.etcd import Etcd, LocalEtcd
+
+    d = Path(args.data_dir).resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    if args.coordinators < 1 or args.shards < 1:
+        print("--coordinators and --shards must be at least 1", file=sys.stderr)
+        return 2
+    if not 1 <= args.replicas <= args.shards:
+        print("--replicas must be in [1, --shards]", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    add = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: add.set())
+    local_etcd = None
+    if args.etcd:
+        url = args.etcd
+    else:
+        local_etcd = LocalEtcd(str(d / "etcd")).start()
+        url = local_etcd.url
+    etcd = Etcd(url, f"simsearch/{args.cluster}")
+    sup = _Supervisor(args, d, url, local_etcd.pid if local_etcd else None)
+    try:
+        cfg = etcd.get("config")[0]
+        if cfg and json.loads(cfg)["replicas"] != args.replicas:
+            print(f"cluster {args.cluster!r} has {json.loads(cfg)['replicas']} replicas; use "
+                  "the same --replicas or a new --data-dir", file=sys.stderr)
+            return 2
+        etcd.put_if_absent("config", json.dumps({"replicas": args.replicas}))
+        old = json.loads((d / "up.json").read_text()) if (d / "up.json").exists() else {}
+        sup.info = {r: {k: i[k] for k in ("port", "id") if k in i}
+                    for r, i in old.get("processes", {}).items()}
+        retired = {int(k.split("/")[1]) for k in etcd.get_prefix("retired/")}
+        n_old = sum(r.startswith("shard-") for r in sup.info)
+        for i in range(max(args.shards, n_old)):
+            role = f"shard-{i}"
+            if (d / role / "shard_id").exists() and \
+                    int((d / role / "shard_id").read_text()) in retired:
+                sup.info.pop(role, None)
+                continue
+            sup.start(role)
+        for i in range(args.coordinators):
+            sup.start(f"coord-{i}")
+        print(f"simsearch cluster {args.cluster!r}: etcd {url}; shards "
+              f"{', '.join(i['address'] for r, i in sup.info.items() if r.startswith('shard'))}; "
+              f"coordinators "
+              f"{', '.join(i['address'] for r, i in sup.info.items() if r.startswith('coord'))}",
+              flush=True)
+        while not stop.wait(0.5):
+            if add.is_set():
+                add.clear()
+                try:
+                    sup.start(sup.next_shard())
+                except RuntimeError as exc:
+                    log.error("add-shard: %s", exc)
+            retired = {int(k.split("/")[1]) for k in etcd.get_prefix("retired/")} \
+                if any(p.poll() is not None for p in sup.procs.values()) else set()
+            for role, p in list(sup.procs.items()):
+                if p.poll() is None or stop.is_set():
+                    continue
+                if sup.info[role].get("id") in retired:
+                    if not sup.info[role].get("retired"):
+                        sup.info[role]["retired"] = True
+                        sup.write()
+                    continue
+                if not args.restart:
+                    continue
+                time.sleep(args.restart_delay)
+                log.warning("%s exited (%s); restarting", role, p.returncode)
+                try:
+                    sup.start(role)
+                except RuntimeError as exc:
+                    log.error("%s", exc)
+    finally:
+        sup.stop_all()
+        etcd.close()
+        if local_etcd is not None:
+            local_etcd.stop()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# add-shard, drain, status
+
+
+def _target(args) -> tuple[str, str, dict]:
+    """(etcd url, cluster name, up.json or {}) from --data-dir or --etcd/--cluster."""
+    if getattr(args, "etcd", None):
+        return args.etcd, args.cluster, {}
+    if not args.data_dir:
+        raise SimsearchError("give --data-dir of a `cluster up`, or --etcd URL --cluster NAME")
+    path = Path(args.data_dir) / "up.json"
+    if not path.exists():
+        raise SimsearchError(f"no cluster under {args.data_dir} (run `simsearch cluster up`)")
+    up = json.loads(path.read_text())
+    return up["etcd"], up["cluster"], up
+
+
+def run_add_shard(args: argparse.Namespace) -> int:
+    from .control.etcd import Etcd
+
+    url, cluster, up = _target(args)
+    if not up:
+        print("add-shard starts a local shard of a `cluster up --data-dir DIR`; elsewhere start "
+              "`simsearch cluster shard --etcd URL --cluster NAME ...` on the new host",
+              file=sys.stderr)
+        return 2
+    with Etcd(url, f"simsearch/{cluster}") as etcd:
+        before = set(etcd.get_prefix("shards/"))
+        os.kill(up["supervisor"], signal.SIGUSR1)
+        end = time.monotonic() + args.timeout
+        while time.monotonic() < end:
+            new = set(etcd.get_prefix("shards/")) - before
+            if new:
+                print(f"shard {new.pop().split('/')[1]} joined; the leader moves replicas onto it")
+                return 0
+            time.sleep(0.2)
+    print("no new shard registered in time; see the supervisor's log", file=sys.stderr)
+    return 1
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    """Ask the leader to move shard ID's replicas away; wait until it is retired."""
+    from .control.etcd import Etcd
+
+    url, cluster, _ = _target(args)
+    with Etcd(url, f"simsearch/{cluster}") as etcd:
+        if etcd.get(f"shards/{args.id}")[0] is None and etcd.get(f"retired/{args.id}")[0] is None:
+            print(f"shard {args.id} is not registered", file=sys.stderr)
+            return 2
+        etcd.put(f"draining/{args.id}", "1")
+        end = time.monotonic() + args.timeout
+        while time.monotonic() < end:
+            if etcd.get(f"retired/{args.id}")[0] is not None:
+                print(f"shard {args.id} drained: its replicas moved, it stops")
+                return 0
+            time.sleep(0.2)
+    print(f"shard {args.id} not drained within {args.timeout} s (it keeps draining)",
+          file=sys.stderr)
+    return 1
+
+
+def _decode(value: bytes):
+    try:
+        return json.loads(value)
+    except ValueError:  # the leader key holds a bare address
+        return value.decode()
+
+
+def cluster_status(url: str, cluster: str, up: dict | None = None) -> dict:
+    """The cluster as etcd has it, with local pids: ``{"cluster", "etcd", "processes",
+    "collections"}``; each process has ``role``, ``address``, ``pid`` and, for shards,
+    ``id``, ``parts`` and ``state``."""
+    from .control.etcd import Etcd
+
+    up = up or {}
+    pids = {i.get("address"): i.get("pid") for i in up.get("processes", {}).values()}
+    with Etcd(url, f"simsearch/{cluster}", timeout=3.0) as etcd:
+        kv = {k: _decode(v) for k, (v, _) in etcd.get_prefix("").items()
+              if not k.startswith("log/")}
+    leader = kv.get("leader")
+    procs = [{"role": "etcd", "address": url, "pid": up.get("etcd_pid")}]
+    for k, v in sorted(kv.items()):
+        if k.startswith("coordinators/"):
+            procs.append({"role": "leader" if v["address"] == leader else "follower",
+                          "address": v["address"], "pid": v.get("pid")})
+    maps = {k[4:]: v for k, v in kv.items() if k.startswith("map/")}
+    parts: dict[int, list[str]] = {}
+    stale: dict[int, list[str]] = {}
+    for m in maps.values():
+        for part, e in m["parts"].items():
+            for s in e["replicas"]:
+                parts.setdefault(s, []).append(part)
+                if s not in e["in_sync"]:
+                    stale.setdefault(s, []).append(part)
+    shards = {int(k.split("/")[1]): v for k, v in kv.items() if k.startswith("shards/")}
+    draining = {int(k.split("/")[1]) for k in kv if k.startswith("draining/")}
+    retired = {int(k.split("/")[1]) for k in kv if k.startswith("retired/")}
+    for sid in sorted(set(shards) | set(parts)):
+        info = shards.get(sid, {})
+        state = ("retired" if sid in retired else "draining" if sid in draining
+                 else "serving" if sid in shards else "down")
+        procs.append({"role": "shard", "id": sid, "address": info.get("address"),
+                      "pid": info.get("pid", pids.get(info.get("address"))),
+                      "parts": sorted(parts.get(sid, [])),
+                      "out_of_sync": sorted(stale.get(sid, [])), "state": state})
+    return {"cluster": cluster, "etcd": url, "leader": leader,
+            "replicas": (kv.get("config") or {}).get("replicas"),
+            "epoch": sum(int(m.get("epoch", 0)) for m in maps.values()),
+            "collections": sorted(k.split("/", 1)[1] for k in kv if k.startswith("collections/")),
+            "processes": procs}
+
+
+def run_status(args: argparse.Namespace) -> int:
+    try:
+        url, cluster, up = _target(args)
+        st = cluster_status(url, cluster, up)
+    except Exception as exc:
+        print(f"cluster status: {exc}", file=sys.stderr)
+        return 1
+    down = [p for p in st["processes"] if p["role"] == "shard" and p["state"] == "down"]
+    if args.json:
+        print(json.dumps(st, indent=1))
+        return 1 if down else 0
+    print(f"cluster {st['cluster']!r} on etcd {st['etcd']}: leader {st['leader']}, "
+          f"replicas {st['replicas']}, epoch {st['epoch']}, collections {st['collections']}")
+    for p in st["processes"]:
+        if p["role"] == "shard":
+            extra = f"{p['state']:9s} parts {' '.join(p['parts'])}"
+            if p["out_of_sync"]:
+                extra += f"  out of sync: {' '.join(p['out_of_sync'])}"
+            print(f"shard {p['id']:<3d} {p['address'] or '-':22s} pid {p['pid']!s:8s} {extra}")
+        else:
+            print(f"{p['role']:9s} {p['address']:22s} pid {p['pid']!s:8s}")
+    return 1 if down else 0
+
+
+class LocalCluster:
+    """``simsearch cluster up`` in a child process, for tests, benchmarks and notebooks: waits
+    until every process serves and a leader is elected.
+
+        with LocalCluster(tmp_dir, shards=3, replicas=2) as cl:
+            client = simsearch.connect(cl.coordinators)
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, shards: int = 3, replicas: int = 2,
+                 *extra: str, timeout: float = 120.0):
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "up.json").unlink(missing_ok=True)
+        self._log = open(self.dir / "supervisor.log", "ab")
+        coords = int(extra[extra.index("--coordinators") + 1]) if "--coordinators" in extra \
+            else 1
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "simsearch.pyramid.cli", "cluster", "up", "--shards",
+             str(shards), "--replicas", str(replicas), "--data-dir", str(self.dir), *extra],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        t0 = time.monotonic()
+        while not self._ready(shards, coords):
+            if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
+                self.stop()
+                raise SimsearchError("the local cluster did not start:\n"
+                                     + (self.dir / "supervisor.log").read_text()[-4000:])
+            time.sleep(0.1)
+
+    def _ready(self, shards: int, coords: int) -> bool:
+        try:
+            up = self.up
+        except (OSError, ValueError):
+            return False
+        roles = up["processes"]
+        if sum(r.startswith("coord-") for r in roles) < coords:
+            return False
+        st = cluster_status(up["etcd"], up["cluster"], up)
+        return st["leader"] is not None and \
+            sum(p["role"] == "shard" and p["state"] == "serving" for p in st["processes"]) >= shards
+
+    @property
+    def up(self) -> dict:
+        """The supervisor's ``up.json``: etcd, cluster name, and every process it started."""
+        return json.loads((self.dir / "up.json").read_text())
+
+    def status(self) -> dict:
+        up = self.up
+        return cluster_status(up["etcd"], up["cluster"], up)
+
+    @property
+    def coordinators(self) -> list[str]:
+        return [i["address"] for r, i in sorted(self.up["processes"].items())
+                if r.startswith("coord-")]
+
+    @property
+    def coordinator(self) -> str:
+        """The elected leader's address."""
+        return self.status()["leader"] or self.coordinators[0]
+
+    @property
+    def shard_addresses(self) -> list[str]:
+        return [i["address"] for r, i in sorted(self.up["processes"].items(),
+                                                key=lambda kv: int(kv[0].split("-")[1]))
+                if r.startswith("shard-")]
+
+    def pid(self, name: str) -> int:
+        """Pid of ``shard-<i>`` or ``coord-<i>`` (a restarted process gets a new one)."""
+        return self.up["processes"][name]["pid"]
+
+    def signal_shard(self, i: int, sig: int) -> None:
+        os.kill(self.pid(f"shard-{i}"), sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,69 @@
+"""The shard role (docs/cluster.md, "Shards"): an ordinary search node that registers itself in
+etcd under a lease, so membership and liveness come from etcd, and stops once the leader has
+moved its replicas away after ``cluster drain``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+
+from .control.etcd import Compare, Etcd
+
+log = logging.getLogger(__name__)
+
+
+def shard_id(etcd: Etcd, data_dir: Path, reuse: int | None = None) -> int:
+    """This data directory's shard id: allocated once from etcd's counter, then kept on disk.
+    ``reuse``: the id of a shard whose disk was lost (its replicas are re-copied onto it)."""
+    path = data_dir / "shard_id"
+    if path.exists():
+        return int(path.read_text())
+    sid = reuse
+    while sid is None:
+        value, rev = etcd.get("next_shard_id")
+        n = int(value) if value else 0
+        if etcd.cas([Compare.mod("next_shard_id", rev)], {"next_shard_id": str(n + 1)}):
+            sid = n
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(sid))
+    with open(tmp) as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return sid
+
+
+def run_shard(args) -> int:
+    """``simsearch cluster shard``: serve, register, exit when retired."""
+    from ..service.server import run_serve
+
+    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
+    sid = shard_id(etcd, Path(args.data_dir), args.shard_id)
+    if etcd.get(f"retired/{sid}")[0] is not None:
+        log.error("shard %d was drained and retired; start a new one with a new --data-dir", sid)
+        return 3
+
+    def attach(running, stop: threading.Event):
+        address = args.advertise or f"{args.host}:{running.port}"
+        reg = etcd.register(f"shards/{sid}", json.dumps(
+            {"id": sid, "address": address, "pid": os.getpid()}), args.lease_ttl)
+        reg.wait(10.0)
+
+        def on_retired(events):
+            if any(ev.kind == "put" for ev in events):
+                log.warning("shard %d is retired (drained): stopping", sid)
+                stop.set()
+
+        cancel = etcd.watch_prefix(f"retired/{sid}", on_retired)
+
+        def cleanup():
+            cancel()
+            reg.close(revoke=True)  # leave the cluster now, not one lease later
+            etcd.close()
+
+        return cleanup, {"id": sid, "address": address, "role": "shard"}
+
+    return run_serve(args, attach=attach)

@@ -1,0 +1,84 @@
+"""The control plane's pure parts: placement and rebalancing moves, and the router log (a
+follower replaying the leader's write decisions ends with the leader's router)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simsearch.datasets import synthetic_longtail
+from simsearch.index import load
+from simsearch.pyramid import PyramidIndex, routerlog
+from simsearch.pyramid.control.placement import Move, next_move, place
+
+
+def apply_move(cmap, m: Move):
+    cmap[m.part] = sorted([s for s in cmap[m.part] if s != m.source] + [m.target])
+
+
+def loads(cmap, shards):
+    return [sum(s in r for r in cmap.values()) for s in shards]
+
+
+def test_place_spreads_replicas_on_distinct_shards():
+    cmap = place([f"a.p{j}" for j in range(4)], 2, [0, 1, 2])
+    assert all(len(set(r)) == 2 for r in cmap.values())
+    assert max(loads(cmap, [0, 1, 2])) - min(loads(cmap, [0, 1, 2])) <= 1
+    more = place([f"b.p{j}" for j in range(2)], 2, [0, 1, 2], existing=cmap)
+    both = {**cmap, **more}
+    assert loads(both, [0, 1, 2]) == [4, 4, 4]
+    with pytest.raises(Exception, match="active shards"):
+        place(["c.p0"], 3, [0, 1])
+
+
+def test_scale_out_then_drain_keeps_the_replication_factor():
+    cmap = place([f"a.p{j}" for j in range(6)], 2, [0, 1, 2])
+    assert next_move(cmap, [0, 1, 2]) is None  # balanced: 4 each
+    moves = 0
+    while (m := next_move(cmap, [0, 1, 2, 3])) is not None:
+        assert m.target == 3 and m.target not in cmap[m.part]
+        apply_move(cmap, m)
+        moves += 1
+        assert all(len(set(r)) == 2 for r in cmap.values())
+    assert loads(cmap, [0, 1, 2, 3]) == [3, 3, 3, 3] and moves == 3
+    while (m := next_move(cmap, [0, 1, 2, 3], draining=[3])) is not None:
+        assert m.target != 3
+        assert m.source == 3 or loads(cmap, [3]) == [0]  # the draining shard empties first
+        apply_move(cmap, m)
+        assert all(len(set(r)) == 2 for r in cmap.values())
+    assert loads(cmap, [0, 1, 2, 3]) == [4, 4, 4, 0]
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_router_log_replay_equals_the_leader(metric):
+    base, _ = synthetic_longtail(n=1200, dim=8, n_queries=5, n_clusters=12, seed=3)
+    leader = PyramidIndex(8, metric, n_centers=16, n_partitions=3, mips_replicas=20,
+                          sub_index="flat")
+    leader.train(base)
+    with tempfile.TemporaryDirectory() as tmp:
+        leader.save(Path(tmp) / "r.idx")
+        follower = load(Path(tmp) / "r.idx")
+    leader.journal = []
+    leader.add(base[:700])
+    leader.remove(np.arange(0, 700, 7))
+    leader.add(base[700:], ids=np.arange(5000, 5500))
+    blobs = [routerlog.encode([rec]) for rec in leader.journal]
+    assert all(b is not None and len(b) < routerlog.RECORD_LIMIT for b in blobs)
+    for b in blobs:
+        follower.apply_journal(routerlog.decode(b))
+    assert len(follower) == len(leader)
+    assert follower._home == leader._home and follower._copies == leader._copies
+    np.testing.assert_array_equal(follower._topr_ids, leader._topr_ids)
+    np.testing.assert_array_equal(follower.part_sizes(), leader.part_sizes())
+    if metric == "ip":
+        assert leader._copies  # MIPS copies were exercised
+    # the follower routes later writes exactly as the leader does
+    x = base[:50] * 1.01
+    ids = np.arange(9000, 9050)
+    a, b = leader.plan_add(x, ids), follower.plan_add(x, ids)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1] == b[1] and a[2] == b[2]
+    assert routerlog.encode(leader.journal, limit=10) is None  # too big: a checkpoint instead
