@@ -17,10 +17,14 @@ from simsearch.service.errors import (  # noqa: E402
 
 
 class FakePool:
-    def __init__(self):
+    def __init__(self, n_shards: int = 0):
+        self.n_shards = n_shards
         self.executor = ThreadPoolExecutor(4)
         self.out_of_sync: set[int] = set()
         self.down: set[int] = set()
+
+    def replicas_of(self, name):
+        return list(range(self.n_shards))
 
     def in_sync(self, name, sid):
         return sid not in self.out_of_sync
@@ -34,8 +38,8 @@ class FakePool:
 
 def part_with(outcomes):
     """A part on shards 0..n-1 whose write on shard s raises outcomes[s] (None: succeeds)."""
-    pool = FakePool()
-    part = RemotePart(pool, "p0", list(range(len(outcomes))), {})
+    pool = FakePool(len(outcomes))
+    part = RemotePart(pool, "p0", {})
     applied = []
 
     def col(sid):
