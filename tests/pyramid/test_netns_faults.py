@@ -181,7 +181,68 @@ def test_partition_of_the_leader_host(cluster):
     assert missing.size == 0, f"probe writes lost: {missing[:10]}"
 
 
+def _shard_parts(cl) -> dict[int, list[str]]:
+    from simsearch.pyramid.launcher import cluster_status
+
+    st = cluster_status(cl.etcd_url, cl.name)
+    return {p["id"]: p["parts"] for p in st["processes"]
+            if p["role"] == "shard" and p["state"] != "retired"}
+
+
+def _recall(got: np.ndarray, gt: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(got, gt, strict=True)]))
+
+
 def test_add_then_drain_a_shard_under_load(cluster):
     """Scale-out 3 -> 4 shards under load, then drain back to 3: 0 failed queries, recall at the
     same search parameters within 0.01 of before, the new shard holds its share of replicas."""
-    pytest.skip("not written yet: needs add-shard / drain on the etcd control plane (issue 13)")
+    import simsearch as ss
+
+    # recall is measured on a second collection nobody writes to, so before and after see the
+    # same data; the load reads and writes "docs" meanwhile
+    xs = vectors_for(np.arange(3000), DIM, SEED + 7)
+    rng = np.random.default_rng(SEED)
+    q = (xs[rng.choice(3000, 100, replace=False)] + rng.normal(0, 0.3, (100, DIM))).astype(
+        np.float32)
+    d = (q**2).sum(1)[:, None] - 2 * q @ xs.T + (xs**2).sum(1)[None, :]
+    gt = np.argsort(d, axis=1)[:, :K]
+    with ss.connect(cluster.coordinator_addresses(), timeout=60) as c:
+        static = c.create_collection("static", DIM, "l2", "pyramid", **PARAMS)
+        static.train(xs)
+        static.add(xs, ids=np.arange(3000))
+        r3 = _recall(static.search(q, K, **SEARCH).ids, gt)
+        before = _shard_parts(cluster)
+        total = sum(len(v) for v in before.values())
+        load = make_load(cluster).start()
+        try:
+            assert wait_for(lambda: len(load.log.acks) >= 5, timeout=30)
+            role = cluster.add_shard()
+            new = (set(_shard_parts(cluster)) - set(before)).pop()
+            # balanced: every shard holds total/4 replicas (within one)
+            assert wait_for(lambda: len(_shard_parts(cluster).get(new, [])) >= total // 4,
+                            timeout=60), _shard_parts(cluster)
+            after = _shard_parts(cluster)
+            assert sum(len(v) for v in after.values()) == total  # the replication factor held
+            assert max(map(len, after.values())) - min(map(len, after.values())) <= 1
+            r4 = _recall(static.search(q, K, **SEARCH).ids, gt)
+            drain = subprocess.run(
+                [sys.executable, "-m", "simsearch.cli", "cluster", "drain", str(new), "--etcd",
+                 cluster.etcd_url, "--cluster", cluster.name, "--timeout", "60"],
+                capture_output=True, text=True, timeout=120, env=dict(
+                    os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+            assert drain.returncode == 0, drain.stdout + drain.stderr
+            assert cluster.procs[role].wait(30) == 0  # the retired shard stopped by itself
+            drained = _shard_parts(cluster)
+            assert new not in drained and sum(len(v) for v in drained.values()) == total
+            r3b = _recall(static.search(q, K, **SEARCH).ids, gt)
+            time.sleep(1.0)
+        finally:
+            load.stop()
+        c.drop_collection("static")
+    summary = load.summary()
+    print("scale-out + drain:", json.dumps(summary), f"recall@{K} 3 shards {r3:.4f}, "
+          f"4 shards {r4:.4f}, drained {r3b:.4f}; replicas per shard {before} -> {after} -> "
+          f"{drained}")
+    assert summary["read_failures"] == 0, load.log.read_failures[:5]
+    assert abs(r4 - r3) <= 0.01 and abs(r3b - r3) <= 0.01
+    check_nothing_lost(load)
