@@ -216,6 +216,11 @@ class ClusterCollection:
 
     # -- the store collection surface (what the servicer calls) -----------------------------
 
+    def _on(self, client):
+        """This collection on another coordinator (no describe round trip)."""
+        c = self.config
+        return client.collection_handle(self.name, c["dim"], c["metric"], c["kind"])
+
     def describe(self) -> dict[str, Any]:
         r = self.current()
         c = self.config
@@ -237,12 +242,18 @@ class ClusterCollection:
         finally:
             DEADLINE.reset(token)
 
-    def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None):
-        if not self.coord.is_leader():
-            out = self.coord.forward(lambda c: c.collection(self.name).add(x, ids, upsert=upsert))
+    def _route(self, write, remote, idempotent: bool, deadline: float | None):
+        """Run ``write(router)`` here if this coordinator leads, else forward ``remote`` to the
+        leader and then catch up with the log (so this coordinator reads its own writes)."""
+        def forwarded(client):
+            out = remote(self._on(client))
             self.catch_up()
             return out
 
+        return self.coord.forward(forwarded, local=lambda: self._write(write),
+                                  idempotent=idempotent, deadline=deadline)
+
+    def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None):
         def write(router):
             xs = as_matrix(x, router.dim, router.metric)
             if upsert and ids is not None:
@@ -253,27 +264,23 @@ class ClusterCollection:
                 return router.add(xs, arr)
             return router.add(xs, ids)
 
-        return self._write(write)
+        return self._route(write, lambda col: col.add(x, ids, upsert=upsert),
+                           upsert and ids is not None, deadline)
 
     def remove(self, ids, deadline: float | None = None, missing_ok: bool = False) -> int:
-        if not self.coord.is_leader():
-            out = self.coord.forward(
-                lambda c: c.collection(self.name).remove(ids, missing_ok=missing_ok))
-            self.catch_up()
-            return out
-
         def write(router):
             arr = as_id_array(ids)
             if missing_ok:
                 arr = arr[router.contains(arr)]
             return router.remove(arr)
 
-        return self._write(write)
+        return self._route(write, lambda col: col.remove(ids, missing_ok=missing_ok),
+                           missing_ok, deadline)
 
     def train(self, x, deadline: float | None = None) -> None:
         coord = self.coord
         if not coord.is_leader():
-            coord.forward(lambda c: c.collection(self.name).train(x))
+            coord.forward(lambda c: self._on(c).train(x))
             self.catch_up()
             return
         coord.require_leader()
@@ -292,7 +299,7 @@ class ClusterCollection:
     def snapshot(self, deadline: float | None = None) -> int:
         """A router checkpoint now (on the leader)."""
         if not self.coord.is_leader():
-            return self.coord.forward(lambda c: c.collection(self.name).snapshot())
+            return self.coord.forward(lambda c: self._on(c).snapshot())
         self.coord.require_leader()
         with self.write_lock:
             r = self.current()
@@ -371,8 +378,26 @@ class Coordinator:
     def _on_lost(self, reason: str) -> None:
         log.warning("coordinator %s: no longer the leader (%s)", self.address, reason)
 
-    def forward(self, fn):
-        """Run ``fn(client)`` against the leader (followers' writes)."""
+    def forward(self, fn, local=None, idempotent: bool = False,
+                deadline: float | None = None):
+        """A write arriving here: run ``local()`` if this coordinator leads, else ``fn(client)``
+        against the leader. An idempotent write that finds no leader, or a leader that went
+        away, waits for the next leader (it may be this one), for up to two lease TTLs (a
+        take-over takes about one) and never past the caller's deadline."""
+        end = time.monotonic() + 2 * self.lease_ttl + 1.0
+        if deadline is not None:  # answer UNAVAILABLE in time for the caller to go elsewhere
+            end = min(end, deadline - 0.1)
+        while True:
+            try:
+                if local is not None and self.is_leader():
+                    return local()
+                return fn(self._leader())
+            except ServiceUnavailableError:
+                if not idempotent or time.monotonic() >= end or self._stop.is_set():
+                    raise
+                time.sleep(0.05)
+
+    def _leader(self):
         leader = self.election.leader() if self.election is not None else None
         if leader is None:
             raise ServiceUnavailableError("no coordinator is leader right now; retry shortly")
@@ -382,9 +407,10 @@ class Coordinator:
         if addr != leader:
             if cli is not None:
                 cli.close()
-            cli = self._connect(leader, timeout=self.pool.timeout)
+            # no retries inside: forward() retries, re-reading who leads
+            cli = self._connect(leader, timeout=self.pool.timeout, retries=False)
             self._leader_client = (leader, cli)
-        return fn(cli)
+        return cli
 
     # -- the store surface ------------------------------------------------------------------
 

@@ -91,6 +91,7 @@ def connect(
     timeout: float = 60.0,
     tls_server_name: str | None = None,
     max_message_bytes: int | None = None,
+    retries: bool = True,
 ) -> Client:
     """Connect to a node at ``host:port``, or to any of several (a list, or comma-separated):
     calls go to the first that answers and move to the next when it goes away (grpc's
@@ -102,6 +103,8 @@ def connect(
     the server's certificate (turns TLS on). timeout: seconds each call may take (its deadline).
     tls_server_name: the name to check the certificate against when it differs from the host.
     max_message_bytes: split batches to this size; default: the server's advertised limit.
+    retries: False turns every retry off, grpc's transparent ones too, for a caller that
+    re-routes a failed call itself (a follower coordinator forwarding to its leader).
     """
     return Client(
         address,
@@ -110,6 +113,7 @@ def connect(
         timeout=timeout,
         tls_server_name=tls_server_name,
         max_message_bytes=max_message_bytes,
+        retries=retries,
     )
 
 
@@ -142,6 +146,7 @@ class Client:
         timeout: float = 60.0,
         tls_server_name: str | None = None,
         max_message_bytes: int | None = None,
+        retries: bool = True,
     ):
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -161,7 +166,7 @@ class Client:
             ("grpc.max_send_message_length", -1),
             ("grpc.max_receive_message_length", -1),
             ("grpc.service_config", _service_config()),
-            ("grpc.enable_retries", 1),
+            ("grpc.enable_retries", int(retries)),
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.initial_reconnect_backoff_ms", 200),
@@ -181,13 +186,14 @@ class Client:
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._info = None
         self._max_message_bytes = max_message_bytes
+        self.retry_attempts = RETRY_ATTEMPTS if retries else 1
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _call(self, method: str, request, idempotent: bool = False):
         """One call. ``idempotent``: a write that may be repeated (an upsert with explicit ids,
         a remove with missing_ok) is retried on UNAVAILABLE like the reads grpc retries."""
-        attempts = RETRY_ATTEMPTS if idempotent else 1
+        attempts = self.retry_attempts if idempotent else 1
         for attempt in range(attempts):
             try:
                 return getattr(self._stub, method)(
