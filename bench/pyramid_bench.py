@@ -33,7 +33,7 @@ import numpy as np
 import simsearch as ss
 from simsearch.datasets import load
 from simsearch.eval import recall_at_k
-from simsearch.pyramid.cluster import LocalCluster
+from simsearch.pyramid.launcher import LocalCluster
 
 RESULTS = Path("bench/results")
 K = 10
@@ -49,7 +49,7 @@ class Cluster(LocalCluster):
         """CPU seconds so far of the shard servers and of the coordinator(s)."""
         tick = os.sysconf("SC_CLK_TCK")
         out = {"shards": 0.0, "coord": 0.0}
-        for name, pid in self.processes["pids"].items():
+        for name, pid in [(r, i["pid"]) for r, i in self.up["processes"].items()]:
             try:
                 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
                 out["shards" if name.startswith("shard") else "coord"] += (
@@ -159,9 +159,10 @@ def sweep(args) -> None:
         settings = [("pyramid", {"branching": b, "ef": e, "part_effort": pe})
                     for pe in args.effort for e in args.ef for b in args.branching]
         if args.client_routed:  # the router copied into this process, asking shards directly
-            from simsearch.pyramid.cluster import open_router
+            from simsearch.pyramid.datapath import open_router
 
-            targets["pyramid-client"] = open_router(cl.dir, cl.coordinator, "glove")
+            targets["pyramid-client"] = open_router(cl.coordinator, "glove", cl.up["etcd"],
+                                                     cl.up["cluster"])
             settings += [("pyramid-client", {"branching": b, "ef": e, "part_effort": "uniform"})
                          for e in args.ef for b in args.branching]
         settings += [("naive", {"ef": e}) for e in args.naive_ef]
@@ -326,7 +327,7 @@ def faults(args) -> None:
         for id_, v in acked:  # through the coordinator: every part asked, the id in the top 10
             r = col.search(v, 10, branching=args.n_centers, ef=128)
             lost += int(id_ not in r.ids[0])
-        status = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cluster", "status",
+        status = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cli", "status",
                                  "--data-dir", str(tmp)], capture_output=True, text=True)
         out["status_after"] = status.stdout
         print(status.stdout)

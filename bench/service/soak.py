@@ -102,14 +102,14 @@ class ClusterTarget:
     shard 0, which its supervisor restarts and the coordinator catches up."""
 
     def __init__(self, work: Path):
-        from simsearch.pyramid.cluster import LocalCluster
+        from simsearch.pyramid.launcher import LocalCluster
 
         self.cluster = LocalCluster(work / "cluster", 3, 2)
         self.address = self.cluster.coordinator
 
     def rss_mib(self) -> float | None:
         total = 0.0
-        for pid in self.cluster.processes["pids"].values():
+        for pid in [i["pid"] for i in self.cluster.up["processes"].values()]:
             try:
                 with open(f"/proc/{pid}/status") as f:
                     total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
