@@ -111,7 +111,8 @@ def main(argv=None) -> int:
         base_ids = np.arange(args.n_base)
         out["recall_3_shards_before"] = recall(cl, base_ids, args.dim, args.seed, 200, k, search)
         load = Load(cl.coordinator_addresses(), COLLECTION, args.dim, seed=args.seed, k=k,
-                    search_params=search, read_ids=np.arange(args.n_base), timeout=2.0,
+                    search_params=search, read_ids=np.arange(args.n_base),
+                    timeout=2 * args.ttl + 1.0,  # above one take-over (docs/cluster.md)
                     readers=args.readers).start()
 
         def at(t):

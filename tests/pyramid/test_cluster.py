@@ -232,3 +232,46 @@ def test_follower_coordinator_reads_locally_forwards_writes_and_outlives_the_lea
     assert len(col) == len(ref)
     np.testing.assert_array_equal(col.search(queries, K, branching=24).ids,
                                   ref.search(queries, K, branching=24).ids)
+
+
+def test_cluster_add_shard_drain_and_status_json(cluster_factory, data):
+    """`cluster add-shard` / `drain` / `status --json` on a `cluster up` directory: the new shard
+    gets its share of replicas, the drained one stops, answers never change."""
+    import json
+    import subprocess
+    import sys
+
+    base, queries = data
+    cl = cluster_factory(2, 2, "--coordinators", "2")
+    col = ss.connect(cl.coordinators, timeout=60).create_collection(
+        "docs", DIM, "l2", "pyramid", **{**PARAMS, "n_partitions": 4})
+    col.train(base)
+    col.add(base)
+    want = col.search(queries, K, branching=24).ids
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "simsearch.cli", "cluster", *args,
+                               "--data-dir", str(cl.dir)], capture_output=True, text=True,
+                              timeout=300)
+
+    def shards():
+        st = json.loads(cli("status", "--json").stdout)
+        return {p["id"]: p for p in st["processes"] if p["role"] == "shard"}, st
+
+    assert cli("add-shard").returncode == 0
+    wait_until(lambda: len(shards()[0].get(2, {}).get("parts", [])) >= 2, timeout=60)
+    by_id, st = shards()
+    assert sorted(p["role"] for p in st["processes"]) == ["etcd", "follower", "leader", "shard",
+                                                          "shard", "shard"]
+    assert all(p["pid"] for p in st["processes"])
+    assert [len(by_id[s]["parts"]) for s in (0, 1, 2)] in ([3, 3, 2], [3, 2, 3], [2, 3, 3])
+    np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
+    out = cli("drain", "0")
+    assert out.returncode == 0, out.stderr
+    by_id, st = shards()
+    assert by_id[0]["state"] == "retired" and by_id[0]["parts"] == []
+    assert sorted(len(by_id[s]["parts"]) for s in (1, 2)) == [4, 4]
+    wait_until(lambda: cl.up["processes"]["shard-0"].get("retired"))  # stopped, not restarted
+    np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
+    col.add(base[:2] * 1.01, ids=[7000, 7001])
+    assert len(col) == len(base) + 2

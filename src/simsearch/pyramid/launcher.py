@@ -291,7 +291,7 @@ def cluster_status(url: str, cluster: str, up: dict | None = None) -> dict:
     shards = {int(k.split("/")[1]): v for k, v in kv.items() if k.startswith("shards/")}
     draining = {int(k.split("/")[1]) for k in kv if k.startswith("draining/")}
     retired = {int(k.split("/")[1]) for k in kv if k.startswith("retired/")}
-    for sid in sorted(set(shards) | set(parts)):
+    for sid in sorted(set(shards) | set(parts) | retired):
         info = shards.get(sid, {})
         state = ("retired" if sid in retired else "draining" if sid in draining
                  else "serving" if sid in shards else "down")
