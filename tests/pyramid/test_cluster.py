@@ -275,3 +275,29 @@ def test_cluster_add_shard_drain_and_status_json(cluster_factory, data):
     np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
     col.add(base[:2] * 1.01, ids=[7000, 7001])
     assert len(col) == len(base) + 2
+
+
+def test_a_shard_that_stays_gone_has_its_replicas_remade(cluster_factory, data):
+    """The replication factor comes back without the dead shard: after --replace-after seconds
+    unregistered, its replicas are copied from in-sync peers to the other shards."""
+    base, queries = data
+    cl = cluster_factory(4, 2, "--no-restart", "--replace-after", "2", "--lease-ttl", "2")
+    col = ss.connect(cl.coordinator, timeout=60).create_collection(
+        "docs", DIM, "l2", "pyramid", **PARAMS)
+    col.train(base)
+    col.add(base)
+    want = col.search(queries, K, branching=24).ids
+    lost = next(p for p in cl.status()["processes"] if p.get("id") == 0)["parts"]
+    assert lost
+    cl.signal_shard(0, signal.SIGKILL)
+
+    def remade():
+        shards = [p for p in cl.status()["processes"] if p["role"] == "shard"]
+        held = sorted(part for p in shards if p["id"] != 0 for part in p["parts"])
+        return all(p["parts"] == [] for p in shards if p["id"] == 0) and held == sorted(f"docs.p{j}" for j in range(3)
+                                                      for _ in range(2))
+
+    wait_until(remade, timeout=60)
+    np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
+    st = cl.status()
+    assert not any(p.get("out_of_sync") for p in st["processes"])

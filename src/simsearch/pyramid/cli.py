@@ -31,7 +31,7 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``cluster up | add-shard | drain | status | shard | coordinator``."""
     from ..service.server import add_serve_arguments
     from . import launcher
-    from .coordinator import run_coordinator
+    from .coordinator import REPLACE_AFTER, run_coordinator
     from .shardnode import run_shard
 
     p = subparsers.add_parser("cluster", help="a Pyramid cluster: shards, coordinators, etcd")
@@ -50,6 +50,8 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     up.add_argument("--no-restart", dest="restart", action="store_false",
                     help="do not restart processes that exit")
     up.add_argument("--restart-delay", type=float, default=1.0)
+    up.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
+                    help="the coordinators' --replace-after")
     up.set_defaults(func=launcher.run_up)
 
     for name, fn, text in (("status", launcher.run_status, "processes, parts and sync state"),
@@ -81,6 +83,9 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     co.add_argument("--replicas", type=int, default=2,
                     help="replicas per part, if the cluster has no setting yet")
     co.add_argument("--health-interval", type=float, default=0.2)
+    co.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
+                    help="seconds a shard may stay unregistered before the leader re-makes its "
+                         f"replicas elsewhere (default {REPLACE_AFTER:g})")
     co.add_argument("--shard-token-file", help="a file holding the read-write token for shards")
     co.add_argument("--shard-tls-ca", help="PEM CA of the shards' TLS certificates")
     co.set_defaults(func=run_coordinator)

@@ -321,7 +321,7 @@ class Coordinator:
     Also the ``store`` the node's servicer serves."""
 
     def __init__(self, etcd: Etcd, lease_ttl: float = 3.0, replicas: int = 2,
-                 pool_options: dict | None = None):
+                 pool_options: dict | None = None, replace_after: float = REPLACE_AFTER):
         """Reads the cluster state at once; ``start(address)`` joins the election once the
         server is bound (its address is the candidate's name)."""
         from ..service.client import connect
@@ -329,6 +329,7 @@ class Coordinator:
         self._connect = connect
         self.etcd = etcd
         self.lease_ttl = lease_ttl
+        self.replace_after = replace_after
         self.address: str | None = None
         self.election: Election | None = None
         self.registration = None
@@ -592,7 +593,7 @@ class Coordinator:
         for s in list(self._since_unregistered):
             if s in registered:
                 del self._since_unregistered[s]
-        gone = {s for s, t in self._since_unregistered.items() if now - t > REPLACE_AFTER}
+        gone = {s for s, t in self._since_unregistered.items() if now - t > self.replace_after}
         draining = self.state.draining() | gone
         active = [s for s in self.active_shards() if self.pool.up.get(s)]
         move = next_move(cmap, active, draining)
@@ -651,6 +652,7 @@ def run_coordinator(args) -> int:
     token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
     etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
     coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
+                        replace_after=args.replace_after,
                         pool_options={"health_interval": args.health_interval, "token": token,
                                       "tls_ca": args.shard_tls_ca})
 

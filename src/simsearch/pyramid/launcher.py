@@ -75,7 +75,8 @@ class _Supervisor:
         if not port and self.args.port:
             port = self.args.port + i
         return [*base, "coordinator", *self._common(role), "--port", str(port),
-                "--replicas", str(self.args.replicas), "--workers", "16"]
+                "--replicas", str(self.args.replicas), "--workers", "16",
+                "--replace-after", str(self.args.replace_after)]
 
     def start(self, role: str) -> None:
         proc, ready = _spawn(self.cmd(role), self.d / f"{role}.ready", self.d / f"{role}.log")
