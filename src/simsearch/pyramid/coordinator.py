@@ -12,7 +12,9 @@ draining ones, and retires drained shards.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import contextvars
 import hashlib
 import json
 import logging
@@ -343,6 +345,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._cancel_log_watch = None
+        self._forwarder = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="forward")
         self.pool = ShardPool(self.state, is_leader=self.is_leader, fence=self.fence,
                               **(pool_options or {}))
         self.state.listeners.append(self._on_state)
@@ -382,9 +385,13 @@ class Coordinator:
     def forward(self, fn, local=None, idempotent: bool = False,
                 deadline: float | None = None):
         """A write arriving here: run ``local()`` if this coordinator leads, else ``fn(client)``
-        against the leader. An idempotent write that finds no leader, or a leader that went
-        away, waits for the next leader (it may be this one), for up to two lease TTLs (a
-        take-over takes about one) and never past the caller's deadline."""
+        against the leader.
+
+        An idempotent write that finds no leader, or whose leader goes away (dies, or is cut off
+        and replaced while the call hangs), is sent again to whoever leads next (it may be this
+        coordinator), for up to two lease TTLs and never past the caller's deadline."""
+        from ..service.client import call_deadline
+
         end = time.monotonic() + 2 * self.lease_ttl + 1.0
         if deadline is not None:  # answer UNAVAILABLE in time for the caller to go elsewhere
             end = min(end, deadline - 0.1)
@@ -392,14 +399,32 @@ class Coordinator:
             try:
                 if local is not None and self.is_leader():
                     return local()
-                return fn(self._leader())
+                leader, cli = self._leader()
+                if not idempotent:
+                    with call_deadline(deadline):
+                        return fn(cli)
+                ctx = contextvars.copy_context()
+
+                def call(cli=cli):
+                    with call_deadline(end):
+                        return fn(cli)
+
+                fut = self._forwarder.submit(ctx.run, call)
+                while True:  # wait, unless the leader changes under the call
+                    with contextlib.suppress(concurrent.futures.TimeoutError):
+                        return fut.result(timeout=0.05)
+                    if self.state.get("leader")[0] != leader or time.monotonic() >= end:
+                        fut.add_done_callback(lambda f: f.exception())  # abandoned
+                        raise ServiceUnavailableError(
+                            f"the leader {leader} did not answer before it changed")
             except ServiceUnavailableError:
                 if not idempotent or time.monotonic() >= end or self._stop.is_set():
                     raise
                 time.sleep(0.05)
 
     def _leader(self):
-        leader = self.election.leader() if self.election is not None else None
+        """``(address, client)`` of the leader (the watched leader key)."""
+        leader = self.state.get("leader")[0] or self.state.refresh("leader")[0]
         if leader is None:
             raise ServiceUnavailableError("no coordinator is leader right now; retry shortly")
         if leader == self.address:
@@ -411,7 +436,7 @@ class Coordinator:
             # no retries inside: forward() retries, re-reading who leads
             cli = self._connect(leader, timeout=self.pool.timeout, retries=False)
             self._leader_client = (leader, cli)
-        return cli
+        return leader, cli
 
     # -- the store surface ------------------------------------------------------------------
 

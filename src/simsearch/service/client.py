@@ -15,9 +15,11 @@ writes, each durable on its own. grpc is imported only when a client is made.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,22 @@ _ID_BYTES = 10
 #: service config is per method and cannot tell, so Client._call does that one.
 _RETRIED = ("Search", "DescribeCollection", "ListCollections", "ServerInfo", "Snapshot")
 RETRY_ATTEMPTS = 5
+
+
+#: an absolute time.monotonic() deadline for the calls made inside ``call_deadline``
+_CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "simsearch_call_deadline", default=None)
+
+
+@contextlib.contextmanager
+def call_deadline(deadline: float | None) -> Iterator[None]:
+    """Calls made in this block (this thread or context) end by ``deadline`` (monotonic), even
+    when the client's own timeout is longer: a server passing its caller's deadline on."""
+    token = _CALL_DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _CALL_DEADLINE.reset(token)
 
 
 def _service_config() -> str:
@@ -197,7 +215,7 @@ class Client:
         for attempt in range(attempts):
             try:
                 return getattr(self._stub, method)(
-                    request, timeout=self.timeout, metadata=self._metadata,
+                    request, timeout=self._timeout(), metadata=self._metadata,
                     # with several addresses, wait for the channel to move to a live one
                     wait_for_ready=self._failover and (idempotent or method in _RETRIED),
                 )
@@ -206,6 +224,12 @@ class Client:
                     time.sleep(min(2.0, 0.1 * 2**attempt))
                     continue
                 _raise_from(err)
+
+    def _timeout(self) -> float:
+        deadline = _CALL_DEADLINE.get()
+        if deadline is None:
+            return self.timeout
+        return max(0.001, min(self.timeout, deadline - time.monotonic()))
 
     @property
     def max_message_bytes(self) -> int:

@@ -33,8 +33,8 @@ from .etcd import Compare, Etcd, WatchEvent
 
 log = logging.getLogger(__name__)
 
-WATCHED = ("config", "shards/", "draining/", "retired/", "collections/", "map/", "router/",
-           "coordinators/")
+WATCHED = ("config", "leader", "shards/", "draining/", "retired/", "collections/", "map/",
+           "router/", "coordinators/")
 
 
 class MapConflictError(SimsearchError):
@@ -84,9 +84,8 @@ class ClusterState:
                 return False
             try:
                 self._kv[key] = (_json(value), rev)
-            except ValueError:
-                log.warning("etcd key %s holds no JSON; ignored", key)
-                return False
+            except ValueError:  # the leader key holds a bare address
+                self._kv[key] = (value.decode(errors="replace"), rev)
             return True
 
     def _on_events(self, events: list[WatchEvent]) -> None:
@@ -114,10 +113,8 @@ class ClusterState:
         """Read ``key`` from etcd now (not the cache) and cache it."""
         value, rev = self.etcd.get(key)
         with self._lock:
-            if value is None:
-                self._kv.pop(key, None)
-            else:
-                self._kv[key] = (_json(value), rev)
+            self._kv.pop(key, None)
+        self._store(key, value, rev)
         return self.get(key)
 
     # -- views ------------------------------------------------------------------------------
