@@ -317,73 +317,61 @@ class Client:
         r = self._call("ListCollections", self._pb.ListCollectionsRequest())
         return [c.name for c in r.collections]
 
-    def export_collection(self, name: str) -> tuple[dict[str, Any], bytes]:
-        """A collection's config and snapshot bytes (the server snapshots it first)."""
+    def _stream_in(self, method: str, name: str) -> tuple[dict[str, Any], bytes]:
+        """A server stream of SnapshotChunk: (JSON meta of the first chunk, all the data)."""
         import json
 
-        config, parts = None, []
+        meta, parts = None, []
         try:
-            for chunk in self._stub.ExportCollection(
-                self._pb.CollectionRequest(name=name), timeout=self.timeout,
+            for chunk in getattr(self._stub, method)(
+                self._pb.CollectionRequest(name=name), timeout=self._timeout(),
                 metadata=self._metadata,
             ):
-                if config is None:
-                    config = json.loads(chunk.config_json)
+                if meta is None:
+                    meta = json.loads(chunk.config_json)
                 parts.append(chunk.data)
         except self._grpc.RpcError as err:
             _raise_from(err)
-        return config, b"".join(parts)
+        return meta or {}, b"".join(parts)
 
-    def import_collection(self, name: str, config: dict[str, Any], data: bytes) -> RemoteCollection:
-        """Install (or replace) a collection from :meth:`export_collection`'s output."""
+    def _stream_out(self, method: str, name: str, meta: dict[str, Any], data: bytes):
+        """Send ``data`` as a client stream of SnapshotChunk (name and JSON meta first)."""
         import json
 
         step = max(1, self.max_message_bytes - _REQUEST_OVERHEAD)
-        chunks = [self._pb.SnapshotChunk(collection=name, config_json=json.dumps(config))]
+        chunks = [self._pb.SnapshotChunk(collection=name, config_json=json.dumps(meta))]
         chunks += [self._pb.SnapshotChunk(data=data[i : i + step])
                    for i in range(0, len(data), step)]
         try:
-            info = self._stub.ImportCollection(iter(chunks), timeout=self.timeout,
+            return getattr(self._stub, method)(iter(chunks), timeout=self._timeout(),
                                                metadata=self._metadata)
         except self._grpc.RpcError as err:
             _raise_from(err)
-        return RemoteCollection(self, info)
 
+    def export_collection(self, name: str) -> tuple[dict[str, Any], bytes]:
+        """A collection's config and snapshot bytes (the server snapshots it first)."""
+        return self._stream_in("ExportCollection", name)
+
+    def import_collection(self, name: str, config: dict[str, Any], data: bytes) -> RemoteCollection:
+        """Install (or replace) a collection from :meth:`export_collection`'s output."""
+        return RemoteCollection(self, self._stream_out("ImportCollection", name, config, data))
 
     # -- blobs (docs/service.md, "Blobs")
 
     def put_blob(self, name: str, data: bytes) -> dict[str, Any]:
         """Store ``data`` on the node as blob ``name`` (replacing it; checksummed end to end)."""
         import hashlib
-        import json
 
-        step = max(1, self.max_message_bytes - _REQUEST_OVERHEAD)
-        sha = hashlib.sha256(data).hexdigest()
-        chunks = [self._pb.SnapshotChunk(collection=name, config_json=json.dumps({"sha256": sha}))]
-        chunks += [self._pb.SnapshotChunk(data=data[i : i + step])
-                   for i in range(0, len(data), step)]
-        try:
-            info = self._stub.PutBlob(iter(chunks), timeout=self.timeout, metadata=self._metadata)
-        except self._grpc.RpcError as err:
-            _raise_from(err)
+        info = self._stream_out("PutBlob", name, {"sha256": hashlib.sha256(data).hexdigest()},
+                                data)
         return {"name": info.name, "size": int(info.size), "sha256": info.sha256}
 
     def get_blob(self, name: str) -> bytes:
         """A blob's bytes, checked against the checksum the node stored with them."""
         import hashlib
-        import json
 
-        meta, parts = None, []
-        try:
-            for chunk in self._stub.GetBlob(self._pb.CollectionRequest(name=name),
-                                            timeout=self.timeout, metadata=self._metadata):
-                if meta is None:
-                    meta = json.loads(chunk.config_json)
-                parts.append(chunk.data)
-        except self._grpc.RpcError as err:
-            _raise_from(err)
-        data = b"".join(parts)
-        if meta is None or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        meta, data = self._stream_in("GetBlob", name)
+        if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             from .errors import DataLossError
 
             raise DataLossError(f"blob {name!r} arrived damaged (checksum mismatch); retry")

@@ -191,23 +191,31 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                 )
         return convert.to_search_response(col.search(q, k, params, deadline=deadline))
 
+    def _send_chunks(self, name: str, meta: dict, data: bytes):
+        """A stream of SnapshotChunk: name and JSON meta first, then the data in message-sized
+        pieces (collection snapshots and blobs)."""
+        step = max(1, self.max_message_bytes - _RESPONSE_OVERHEAD)
+        yield pb.SnapshotChunk(collection=name, config_json=json.dumps(meta))
+        for i in range(0, len(data), step):
+            yield pb.SnapshotChunk(data=data[i : i + step])
+
+    @staticmethod
+    def _receive_chunks(request_iterator, what: str) -> tuple[str, dict, bytes]:
+        first = next(request_iterator, None)
+        if first is None or not first.collection:
+            raise InvalidParameterError(f"the first chunk must name the {what}")
+        meta = convert.load_params(first.config_json, "config_json")
+        return first.collection, meta, b"".join([first.data, *(c.data for c in request_iterator)])
+
     @_rpc
     def ExportCollection(self, request, context, deadline):
         col = self.store.get(request.name)
-        data = col.export_bytes(deadline=deadline)
-        step = max(1, self.max_message_bytes - _RESPONSE_OVERHEAD)
-        chunks = [pb.SnapshotChunk(collection=col.name, config_json=json.dumps(col.config))]
-        chunks += [pb.SnapshotChunk(data=data[i : i + step]) for i in range(0, len(data), step)]
-        return iter(chunks)
+        return self._send_chunks(col.name, col.config, col.export_bytes(deadline=deadline))
 
     @_rpc
     def ImportCollection(self, request_iterator, context, deadline):
-        first = next(request_iterator, None)
-        if first is None or not first.collection:
-            raise InvalidParameterError("the first chunk must name the collection")
-        config = convert.load_params(first.config_json, "config_json")
-        data = b"".join([first.data, *(c.data for c in request_iterator)])
-        return _info(self.store.import_collection(first.collection, config, data))
+        name, config, data = self._receive_chunks(request_iterator, "collection")
+        return _info(self.store.import_collection(name, config, data))
 
     def _blobs(self):
         if not hasattr(self.store, "put_blob"):  # a Pyramid coordinator keeps none
@@ -218,22 +226,13 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
 
     @_rpc
     def PutBlob(self, request_iterator, context, deadline):
-        first = next(request_iterator, None)
-        if first is None or not first.collection:
-            raise InvalidParameterError("the first chunk must name the blob")
-        meta = convert.load_params(first.config_json, "config_json")
-        data = b"".join([first.data, *(c.data for c in request_iterator)])
-        return pb.BlobInfo(**self._blobs().put_blob(first.collection, data,
-                                                    str(meta.get("sha256", ""))))
+        name, meta, data = self._receive_chunks(request_iterator, "blob")
+        return pb.BlobInfo(**self._blobs().put_blob(name, data, str(meta.get("sha256", ""))))
 
     @_rpc
     def GetBlob(self, request, context, deadline):
         data, sha = self._blobs().get_blob(request.name)
-        step = max(1, self.max_message_bytes - _RESPONSE_OVERHEAD)
-        chunks = [pb.SnapshotChunk(collection=request.name, config_json=json.dumps(
-            {"sha256": sha, "size": len(data)}))]
-        chunks += [pb.SnapshotChunk(data=data[i : i + step]) for i in range(0, len(data), step)]
-        return iter(chunks)
+        return self._send_chunks(request.name, {"sha256": sha, "size": len(data)}, data)
 
     @_rpc
     def DeleteBlob(self, request, context, deadline):
