@@ -141,6 +141,7 @@ def sweep(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="pyrbench-"))
     cl = Cluster(tmp, args.shards, 1)  # one replica: both schemes use every process equally
     rows = []
+    targets: dict = {}
     try:
         t0 = time.time()
         _, col = build(cl, base, args.metric, args.shards, args.n_centers, sub,
@@ -155,7 +156,7 @@ def sweep(args) -> None:
             return recall_at_k(r.ids, gt.ids, K, gt_scores=gt.scores, queries=queries,
                                base=base, metric=args.metric)
 
-        targets = {"pyramid": col, "naive": naive}
+        targets.update(pyramid=col, naive=naive)
         settings = [("pyramid", {"branching": b, "ef": e, "part_effort": pe})
                     for pe in args.effort for e in args.ef for b in args.branching]
         if args.client_routed:  # the router copied into this process, asking shards directly
@@ -204,6 +205,8 @@ def sweep(args) -> None:
             for row in rows:
                 print(row, flush=True)
     finally:
+        if "pyramid-client" in targets:  # its etcd watches and shard connections
+            targets["pyramid-client"].parts[0].pool.close()
         cl.stop()
     out = {"metric": args.metric, "n_base": args.n_base, "n_queries": args.n_queries,
            "shards": args.shards, "n_centers": args.n_centers, "clients": args.clients,

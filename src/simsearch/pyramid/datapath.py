@@ -93,6 +93,7 @@ class ShardPool:
         self._recovering: set[int] = set()
         self.slow_until: dict[int, float] = {}  # shard -> until when reads prefer its peers
         self.slow_penalty = 1.0
+        self.closers: list[Callable[[], None]] = []  # what close() also closes
         self.sync_shards()
         for sid in list(self.clients):  # first look: serve from whoever is up now
             self.up[sid] = self._probe(sid)
@@ -251,6 +252,8 @@ class ShardPool:
         for c in (*self.clients.values(), *self._probes.values()):
             c.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        for fn in self.closers:
+            fn()
 
     # -- parts ------------------------------------------------------------------------------
 
@@ -528,7 +531,10 @@ def open_router(coordinator: str, name: str, etcd: str, cluster: str, **pool_opt
     from .control.etcd import Etcd
     from .control.state import ClusterState
 
-    pool = ShardPool(ClusterState(Etcd(etcd, f"simsearch/{cluster}")), **pool_options)
+    client = Etcd(etcd, f"simsearch/{cluster}")
+    state = ClusterState(client)
+    pool = ShardPool(state, **pool_options)
+    pool.closers += [state.close, client.close]
     with connect(coordinator, timeout=600) as c:
         _config, data = c.export_collection(name)
     return load_router(data, pool)
