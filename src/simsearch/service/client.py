@@ -385,6 +385,16 @@ class Client:
         return [{"name": b.name, "size": int(b.size), "sha256": b.sha256} for b in r.blobs]
 
 
+def _encoder_bytes(encoder) -> bytes:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "encoder"
+        encoder.save(path)
+        return path.read_bytes()
+
+
 class RemoteCollection:
     """A collection on a node, with the Index contract's surface. Searches may run
     concurrently; the server serializes writes."""
@@ -432,13 +442,77 @@ class RemoteCollection:
         budget = self._client.max_message_bytes - _REQUEST_OVERHEAD
         return max(1, budget // max(1, bytes_per_row))
 
-    def train(self, x: Any) -> None:
-        x = as_matrix(x, self.dim, self.metric, "training vectors")
+    @property
+    def holds_strings(self) -> bool:
+        """A string collection (kind "strings"): items and queries are str, results carry edit
+        distances (docs/service.md, "String collections")."""
+        return self.kind == "strings"
+
+    def train(self, x: Any = None, encoder: Any = None, **fit_params: Any) -> None:
+        """Train on vectors x; a string collection fits its CNN-ED encoder on strings x (with
+        ``fit_params``), or takes ``encoder`` (a trained CNNEDEncoder, or its file's bytes)."""
         c = self._client
-        c._call("Train", c._pb.TrainRequest(collection=self.name, vectors=c._convert.to_matrix(x)))
+        if not self.holds_strings:
+            if encoder is not None or fit_params:
+                raise InvalidParameterError("encoder and fit parameters apply to string "
+                                            "collections only")
+            x = as_matrix(x, self.dim, self.metric, "training vectors")
+            c._call("Train", c._pb.TrainRequest(collection=self.name,
+                                                vectors=c._convert.to_matrix(x)))
+            return
+        from ..strings._alphabet import check_strings
+
+        req = c._pb.TrainRequest(collection=self.name, params_json=c._convert.dump_params(
+            fit_params))
+        if x is not None:
+            req.texts.extend(check_strings(x, "training strings"))
+        if encoder is not None:
+            req.encoder = encoder if isinstance(encoder, bytes) else _encoder_bytes(encoder)
+        c._call("Train", req)
+
+    def _add_strings(self, x: Any, ids: Any, upsert: bool) -> np.ndarray:
+        from ..strings._alphabet import check_strings
+
+        texts = check_strings(x)
+        if ids is not None:
+            ids = check_batch_ids(ids, len(texts))
+        c = self._client
+        widest = max(len(t.encode()) for t in texts) + 8
+        step = self._rows_per_call(widest + _ID_BYTES)
+        out = []
+        for start in range(0, len(texts), step):
+            req = c._pb.AddRequest(collection=self.name, texts=texts[start : start + step],
+                                   auto_ids=ids is None, upsert=upsert)
+            if ids is not None:
+                req.ids.extend(ids[start : start + step].tolist())
+            out.append(np.asarray(c._call("Add", req, idempotent=upsert and ids is not None).ids,
+                                  dtype=np.int64))
+        return np.concatenate(out)
+
+    def _search_strings(self, q: Any, k: int, params: dict):
+        from ..strings._alphabet import check_strings
+        from ..strings.collection import to_distances
+        from ..strings.string_index import StringSearchResult
+
+        texts = check_strings(q, "queries")
+        c = self._client
+        pj = c._convert.dump_params(params)
+        widest = max(len(t.encode()) for t in texts) + 8
+        step = self._rows_per_call(max(widest, k * c._convert.RESULT_BYTES))
+        ids, dists = [], []
+        for start in range(0, len(texts), step):
+            r = c._convert.from_search_response(c._call("Search", c._pb.SearchRequest(
+                collection=self.name, query_texts=texts[start : start + step], k=k,
+                params_json=pj)))
+            ids.append(r.ids)
+            dists.append(to_distances(r.scores))
+        return StringSearchResult(np.concatenate(ids), np.concatenate(dists))
 
     def add(self, x: Any, ids: Any = None, upsert: bool = False) -> np.ndarray:
-        """Add (or with ``upsert`` replace) vectors; returns their int64 ids."""
+        """Add (or with ``upsert`` replace) vectors, or strings in a string collection; returns
+        their int64 ids."""
+        if self.holds_strings:
+            return self._add_strings(x, ids, upsert)
         x = as_matrix(x, self.dim, self.metric)
         if ids is not None:
             ids = check_batch_ids(ids, x.shape[0])
@@ -460,8 +534,12 @@ class RemoteCollection:
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
     def search(self, q: Any, k: int, **params: Any) -> SearchResult:
-        """Top-k per query row; per-call parameters as the collection's index kind takes them."""
+        """Top-k per query row; per-call parameters as the collection's index kind takes them.
+        A string collection takes a list of str and returns a StringSearchResult (ids, edit
+        distances)."""
         k = check_k(k)
+        if self.holds_strings:
+            return self._search_strings(q, k, params)
         q = as_matrix(q, self.dim, self.metric, "queries")
         c = self._client
         pj = c._convert.dump_params(params)

@@ -75,6 +75,10 @@ def _rpc(fn: Callable) -> Callable:
     return wrapper
 
 
+def _is_strings(col) -> bool:
+    return col.config.get("kind") == "strings"  # items are texts (docs/service.md)
+
+
 def _info(col: Collection) -> pb.CollectionInfo:
     d = col.describe()
     return pb.CollectionInfo(
@@ -142,16 +146,21 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def Train(self, request, context, deadline):
         col = self.store.get(request.collection)
-        col.train(
-            convert.from_matrix(request.vectors, col.config["dim"], "training vectors"),
-            deadline=deadline,
-        )
+        if _is_strings(col):  # fit an encoder on texts, or take a trained one's file
+            options = convert.load_params(request.params_json, "params_json (fit parameters)")
+            if request.encoder:
+                options["encoder_file"] = request.encoder
+            col.train(list(request.texts) or None, deadline=deadline, **options)
+        else:
+            col.train(convert.from_matrix(request.vectors, col.config["dim"],
+                                          "training vectors"), deadline=deadline)
         return pb.TrainResponse()
 
     @_rpc
     def Add(self, request, context, deadline):
         col = self.store.get(request.collection)
-        x = convert.from_matrix(request.vectors, col.config["dim"])
+        x = list(request.texts) if _is_strings(col) else \
+            convert.from_matrix(request.vectors, col.config["dim"])
         self._check_decoded_ids(len(request.ids))
         ids = None if request.auto_ids else np.asarray(request.ids, dtype=np.int64)
         out = col.add(x, ids, upsert=request.upsert, deadline=deadline)
@@ -178,14 +187,15 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def Search(self, request, context, deadline):
         col = self.store.get(request.collection)
-        q = convert.from_matrix(request.queries, col.config["dim"], "queries")
+        q = list(request.query_texts) if _is_strings(col) else \
+            convert.from_matrix(request.queries, col.config["dim"], "queries")
         params = convert.load_params(request.params_json, "params_json (search parameters)")
         k = request.k
         if 1 <= k <= MAX_K:  # out-of-range k is refused by the index with its own message
-            need = q.shape[0] * k * convert.RESULT_BYTES + _RESPONSE_OVERHEAD
+            need = len(q) * k * convert.RESULT_BYTES + _RESPONSE_OVERHEAD
             if need > self.max_message_bytes:
                 raise ResourceExhaustedError(
-                    f"the result of {q.shape[0]} queries x k={k} would take {need} bytes, over "
+                    f"the result of {len(q)} queries x k={k} would take {need} bytes, over "
                     f"the server's message limit of {self.max_message_bytes}; send fewer queries "
                     "per call (the Python client splits batches for you)"
                 )

@@ -127,23 +127,84 @@ def _check_unique(ids: np.ndarray, what: str) -> None:
 
 
 def _supports_remove(index: Index) -> bool:
-    return type(index)._remove is not Index._remove
+    declared = getattr(type(index), "supports_remove", None)
+    return declared if declared is not None else type(index)._remove is not Index._remove
 
 
-def _upsert(index: Index, x: np.ndarray, ids: np.ndarray) -> None:
-    """Replace the vectors of ids that exist and add the others; checked before anything changes."""
-    present = index._idset.contains(ids)
+class _Vectors:
+    """How a vector collection's items are made, checked, logged and replayed."""
+
+    train_replayable = True  # training is logged and replayed (it is deterministic and quick)
+
+    def new_index(self, c: dict):
+        return create_index(c["kind"], c["dim"], c["metric"], **c["params"])
+
+    def load_index(self, path: Path, c: dict):
+        return load(path)
+
+    def check(self, index, x: Any, what: str = "vectors"):
+        return as_matrix(x, index.dim, index.metric, what)
+
+    def count(self, x) -> int:
+        return int(x.shape[0])
+
+    def to_bytes(self, x) -> bytes:
+        return x.tobytes()
+
+    def from_bytes(self, blob: bytes, index):
+        return np.frombuffer(blob, np.float32).reshape(-1, index.dim)
+
+
+class _Strings(_Vectors):
+    """String collections (kind "strings", docs/service.md): items are str, logged as JSON; a
+    trained encoder is snapshotted at once instead of being re-fit on replay."""
+
+    train_replayable = False
+
+    def new_index(self, c: dict):
+        from ..strings.collection import StringCollectionIndex
+
+        return StringCollectionIndex(c["dim"], c["metric"], **c["params"])
+
+    def load_index(self, path: Path, c: dict):
+        from ..strings.collection import StringCollectionIndex
+
+        return StringCollectionIndex.load(path, c["params"])
+
+    def check(self, index, x: Any, what: str = "strings"):
+        from ..strings._alphabet import check_strings
+
+        return check_strings(x, what)
+
+    def count(self, x) -> int:
+        return len(x)
+
+    def to_bytes(self, x) -> bytes:
+        return json.dumps(x).encode()
+
+    def from_bytes(self, blob: bytes, index):
+        return json.loads(blob)
+
+
+def items_of(config: dict) -> _Vectors:
+    """The item handling of a collection config: strings for kind "strings", else vectors."""
+    return _Strings() if config.get("kind") == "strings" else _Vectors()
+
+
+def _upsert(index: Index, x: Any, ids: np.ndarray) -> None:
+    """Replace the items of ids that exist and add the others; checked before anything changes."""
+    present = index.contains(ids)
     if present.any():
         index.remove(ids[present])
     index.add(x, ids)
 
 
-def _apply(index: Index, rec: walmod.Record) -> None:
+def _apply(index: Index, rec: walmod.Record, items: _Vectors) -> None:
     """Replay one log record."""
     if rec.op == walmod.OP_REMOVE:
         index.remove(np.frombuffer(rec.blobs[0], np.int64))
         return
-    x = np.frombuffer(rec.blobs[0], np.float32).reshape(-1, index.dim)
+    x = items.from_bytes(rec.blobs[0], index)
     if rec.op == walmod.OP_TRAIN:
         index.train(x)
     elif rec.op == walmod.OP_ADD:
@@ -188,17 +249,17 @@ class Collection:
             self.config = {}
             self._mark_damaged(f"collection {name!r} has an unreadable collection.json", exc)
             return
+        self.items = items_of(self.config)
         self.recover()
 
     # -- recovery ---------------------------------------------------------------------------
 
     def _new_index(self) -> Index:
-        c = self.config
-        return create_index(c["kind"], c["dim"], c["metric"], **c["params"])
+        return self.items.new_index(self.config)
 
     def _load_index(self, path: Path) -> Index:
-        """Restore a snapshot (a subclass may prepare the object, e.g. the cluster's parts)."""
-        return load(path)
+        """Restore a snapshot."""
+        return self.items.load_index(path, self.config)
 
     def recover(self) -> None:
         """Load the newest snapshot and replay its log (dropping a torn last record)."""
@@ -215,7 +276,7 @@ class Collection:
             if torn:
                 log.warning("collection %s: dropped a torn last log record", self.name)
             for rec in records:
-                _apply(index, rec)
+                _apply(index, rec, self.items)
         except CorruptIndexError as exc:
             self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery", exc)
             return
@@ -321,13 +382,13 @@ class Collection:
         self, x: Any, ids: Any = None, upsert: bool = False, deadline: float | None = None
     ) -> np.ndarray:
         with self._write(deadline) as index:
-            x = as_matrix(x, index.dim, index.metric)
+            x = self.items.check(index, x)
+            n = self.items.count(x)
             if upsert and ids is not None:
                 ids = as_id_array(ids)
-                if ids.shape[0] != x.shape[0]:
+                if ids.shape[0] != n:
                     raise InvalidIdError(
-                        f"ids must have one entry per vector: got {ids.shape[0]} ids for "
-                        f"{x.shape[0]} vectors"
+                        f"ids must have one entry per item: got {ids.shape[0]} ids for {n} items"
                     )
                 _check_unique(ids, "ids must be unique within a batch")
                 if not index.is_trained:
@@ -341,8 +402,8 @@ class Collection:
                 with self._rw.write():
                     ids = index.add(x, ids)
                 op = walmod.OP_ADD
-            if x.shape[0]:
-                self._log(op, {"n": int(x.shape[0])}, (x.tobytes(), ids.tobytes()))
+            if n:
+                self._log(op, {"n": n}, (self.items.to_bytes(x), ids.tobytes()))
             return ids
 
     def remove(self, ids: Any, deadline: float | None = None, missing_ok: bool = False) -> int:
@@ -350,15 +411,25 @@ class Collection:
             ids = as_id_array(ids)
             _check_unique(ids, "ids to remove must be unique")
             if missing_ok:
-                ids = ids[index._idset.contains(ids)]
+                ids = ids[index.contains(ids)]
             with self._rw.write():
                 n = index.remove(ids)
             if n:
                 self._log(walmod.OP_REMOVE, {"n": n}, (ids.tobytes(),))
             return n
 
-    def train(self, x: Any, deadline: float | None = None) -> None:
+    def train(self, x: Any, deadline: float | None = None, **options: Any) -> None:
+        """Train the index. ``options``: for string collections, ``encoder_file`` (a trained
+        encoder's bytes, instead of fitting one on ``x``) and fit parameters."""
         with self._write(deadline) as index:
+            if not self.items.train_replayable:  # slow and not replayable: snapshot it now
+                with self._rw.write():
+                    index.train(x, **options)
+                self._snapshot_locked()
+                return
+            if options:
+                raise InvalidParameterError(
+                    f"training options {sorted(options)} apply to string collections only")
             x = as_matrix(x, index.dim, index.metric, "training vectors")
             with self._rw.write():
                 index.train(x)
@@ -430,8 +501,9 @@ class Store:
         check_name(name)
         if not isinstance(params, dict):
             raise InvalidParameterError(f"build params must be a JSON object; got {params!r}")
-        try:
-            create_index(kind, dim, metric, **params)  # validates kind, dim, metric, params
+        try:  # validates kind, dim, metric, params
+            items_of({"kind": kind}).new_index(
+                {"dim": dim, "metric": metric, "kind": kind, "params": params})
         except TypeError as exc:
             raise InvalidParameterError(f"bad build parameters for kind {kind!r}: {exc}") from None
         with self._lock:
@@ -468,7 +540,8 @@ class Store:
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
-                load(snap)  # CorruptIndexError before the old copy is touched
+                items_of(config).load_index(snap, config)  # CorruptIndexError before the old
+                # copy is touched
                 fsync_dir(tmp)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -106,6 +106,12 @@ class StringIndex:
                 del self._strings[i]
             return n
 
+    def contains(self, ids: Any) -> np.ndarray:
+        """A boolean per id: is it stored?"""
+        ids = as_id_array(ids).tolist()
+        with self._lock.read():
+            return np.fromiter((i in self._strings for i in ids), bool, len(ids))
+
     def get(self, ids: Any) -> list[str]:
         """The stored strings of ``ids`` (UnknownIdError for an id not stored)."""
         ids = as_id_array(ids).tolist()

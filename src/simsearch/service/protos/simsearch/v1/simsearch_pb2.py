@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n5simsearch/service/protos/simsearch/v1/simsearch.proto\x12\x0csimsearch.v1\"2\n\x06Matrix\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04rows\x18\x02 \x01(\r\x12\x0c\n\x04\x63ols\x18\x03 \x01(\r\"\xc6\x01\n\x0e\x43ollectionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0e\n\x06metric\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\x12\r\n\x05\x63ount\x18\x06 \x01(\x04\x12\x0f\n\x07trained\x18\x07 \x01(\x08\x12\x16\n\x0eneeds_training\x18\x08 \x01(\x08\x12\x17\n\x0fsupports_remove\x18\t \x01(\x08\x12\x15\n\rsearch_params\x18\n \x03(\t\"g\n\x17\x43reateCollectionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0e\n\x06metric\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\"!\n\x11\x43ollectionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16\x44ropCollectionResponse\"\x18\n\x16ListCollectionsRequest\"L\n\x17ListCollectionsResponse\x12\x31\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32\x1c.simsearch.v1.CollectionInfo\"I\n\x0cTrainRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12%\n\x07vectors\x18\x02 \x01(\x0b\x32\x14.simsearch.v1.Matrix\"\x0f\n\rTrainResponse\"v\n\nAddRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12%\n\x07vectors\x18\x02 \x01(\x0b\x32\x14.simsearch.v1.Matrix\x12\x0b\n\x03ids\x18\x03 \x03(\x03\x12\x10\n\x08\x61uto_ids\x18\x04 \x01(\x08\x12\x0e\n\x06upsert\x18\x05 \x01(\x08\"\x1a\n\x0b\x41\x64\x64Response\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"D\n\rRemoveRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x03\x12\x12\n\nmissing_ok\x18\x03 \x01(\x08\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x04\"j\n\rSearchRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12%\n\x07queries\x18\x02 \x01(\x0b\x32\x14.simsearch.v1.Matrix\x12\t\n\x01k\x18\x03 \x01(\r\x12\x13\n\x0bparams_json\x18\x04 \x01(\t\"j\n\x0eSearchResponse\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\t\n\x01k\x18\x02 \x01(\r\x12\x0b\n\x03ids\x18\x03 \x01(\x0c\x12\x0e\n\x06scores\x18\x04 \x01(\x0c\x12\x15\n\x08\x63overage\x18\x05 \x01(\x02H\x00\x88\x01\x01\x42\x0b\n\t_coverage\"F\n\rSnapshotChunk\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"!\n\x10SnapshotResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"6\n\x08\x42lobInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\":\n\x11ListBlobsResponse\x12%\n\x05\x62lobs\x18\x01 \x03(\x0b\x32\x16.simsearch.v1.BlobInfo\"\x13\n\x11ServerInfoRequest\"M\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x19\n\x11max_message_bytes\x18\x02 \x01(\x04\x12\x13\n\x0bindex_kinds\x18\x03 \x03(\t2\xdd\t\n\tSimSearch\x12G\n\nServerInfo\x12\x1f.simsearch.v1.ServerInfoRequest\x1a\x18.simsearch.v1.ServerInfo\x12W\n\x10\x43reateCollection\x12%.simsearch.v1.CreateCollectionRequest\x1a\x1c.simsearch.v1.CollectionInfo\x12W\n\x0e\x44ropCollection\x12\x1f.simsearch.v1.CollectionRequest\x1a$.simsearch.v1.DropCollectionResponse\x12^\n\x0fListCollections\x12$.simsearch.v1.ListCollectionsRequest\x1a%.simsearch.v1.ListCollectionsResponse\x12S\n\x12\x44\x65scribeCollection\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1c.simsearch.v1.CollectionInfo\x12@\n\x05Train\x12\x1a.simsearch.v1.TrainRequest\x1a\x1b.simsearch.v1.TrainResponse\x12:\n\x03\x41\x64\x64\x12\x18.simsearch.v1.AddRequest\x1a\x19.simsearch.v1.AddResponse\x12\x43\n\x06Remove\x12\x1b.simsearch.v1.RemoveRequest\x1a\x1c.simsearch.v1.RemoveResponse\x12\x43\n\x06Search\x12\x1b.simsearch.v1.SearchRequest\x1a\x1c.simsearch.v1.SearchResponse\x12K\n\x08Snapshot\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1e.simsearch.v1.SnapshotResponse\x12R\n\x10\x45xportCollection\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1b.simsearch.v1.SnapshotChunk0\x01\x12O\n\x10ImportCollection\x12\x1b.simsearch.v1.SnapshotChunk\x1a\x1c.simsearch.v1.CollectionInfo(\x01\x12@\n\x07PutBlob\x12\x1b.simsearch.v1.SnapshotChunk\x1a\x16.simsearch.v1.BlobInfo(\x01\x12I\n\x07GetBlob\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1b.simsearch.v1.SnapshotChunk0\x01\x12\x45\n\nDeleteBlob\x12\x1f.simsearch.v1.CollectionRequest\x1a\x16.simsearch.v1.BlobInfo\x12R\n\tListBlobs\x12$.simsearch.v1.ListCollectionsRequest\x1a\x1f.simsearch.v1.ListBlobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n5simsearch/service/protos/simsearch/v1/simsearch.proto\x12\x0csimsearch.v1\"2\n\x06Matrix\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04rows\x18\x02 \x01(\r\x12\x0c\n\x04\x63ols\x18\x03 \x01(\r\"\xc6\x01\n\x0e\x43ollectionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0e\n\x06metric\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\x12\r\n\x05\x63ount\x18\x06 \x01(\x04\x12\x0f\n\x07trained\x18\x07 \x01(\x08\x12\x16\n\x0eneeds_training\x18\x08 \x01(\x08\x12\x17\n\x0fsupports_remove\x18\t \x01(\x08\x12\x15\n\rsearch_params\x18\n \x03(\t\"g\n\x17\x43reateCollectionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\r\x12\x0e\n\x06metric\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\"!\n\x11\x43ollectionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16\x44ropCollectionResponse\"\x18\n\x16ListCollectionsRequest\"L\n\x17ListCollectionsResponse\x12\x31\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32\x1c.simsearch.v1.CollectionInfo\"~\n\x0cTrainRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12%\n\x07vectors\x18\x02 \x01(\x0b\x32\x14.simsearch.v1.Matrix\x12\r\n\x05texts\x18\x03 \x03(\t\x12\x0f\n\x07\x65ncoder\x18\x04 \x01(\x0c\x12\x13\n\x0bparams_json\x18\x05 \x01(\t\"\x0f\n\rTrainResponse\"\x85\x01\n\nAddRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12%\n\x07vectors\x18\x02 \x01(\x0b\x32\x14.simsearch.v1.Matrix\x12\x0b\n\x03ids\x18\x03 \x03(\x03\x12\x10\n\x08\x61uto_ids\x18\x04 \x01(\x08\x12\x0e\n\x06upsert\x18\x05 \x01(\x08\x12\r\n\x05texts\x18\x06 \x03(\t\"\x1a\n\x0b\x41\x64\x64Response\x12\x0b\n\x03ids\x18\x01 \x03(\x03\"D\n\rRemoveRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x03\x12\x12\n\nmissing_ok\x18\x03 \x01(\x08\"!\n\x0eRemoveResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x04\"\x7f\n\rSearchRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12%\n\x07queries\x18\x02 \x01(\x0b\x32\x14.simsearch.v1.Matrix\x12\t\n\x01k\x18\x03 \x01(\r\x12\x13\n\x0bparams_json\x18\x04 \x01(\t\x12\x13\n\x0bquery_texts\x18\x05 \x03(\t\"j\n\x0eSearchResponse\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\t\n\x01k\x18\x02 \x01(\r\x12\x0b\n\x03ids\x18\x03 \x01(\x0c\x12\x0e\n\x06scores\x18\x04 \x01(\x0c\x12\x15\n\x08\x63overage\x18\x05 \x01(\x02H\x00\x88\x01\x01\x42\x0b\n\t_coverage\"F\n\rSnapshotChunk\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"!\n\x10SnapshotResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\"6\n\x08\x42lobInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\":\n\x11ListBlobsResponse\x12%\n\x05\x62lobs\x18\x01 \x03(\x0b\x32\x16.simsearch.v1.BlobInfo\"\x13\n\x11ServerInfoRequest\"M\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x19\n\x11max_message_bytes\x18\x02 \x01(\x04\x12\x13\n\x0bindex_kinds\x18\x03 \x03(\t2\xdd\t\n\tSimSearch\x12G\n\nServerInfo\x12\x1f.simsearch.v1.ServerInfoRequest\x1a\x18.simsearch.v1.ServerInfo\x12W\n\x10\x43reateCollection\x12%.simsearch.v1.CreateCollectionRequest\x1a\x1c.simsearch.v1.CollectionInfo\x12W\n\x0e\x44ropCollection\x12\x1f.simsearch.v1.CollectionRequest\x1a$.simsearch.v1.DropCollectionResponse\x12^\n\x0fListCollections\x12$.simsearch.v1.ListCollectionsRequest\x1a%.simsearch.v1.ListCollectionsResponse\x12S\n\x12\x44\x65scribeCollection\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1c.simsearch.v1.CollectionInfo\x12@\n\x05Train\x12\x1a.simsearch.v1.TrainRequest\x1a\x1b.simsearch.v1.TrainResponse\x12:\n\x03\x41\x64\x64\x12\x18.simsearch.v1.AddRequest\x1a\x19.simsearch.v1.AddResponse\x12\x43\n\x06Remove\x12\x1b.simsearch.v1.RemoveRequest\x1a\x1c.simsearch.v1.RemoveResponse\x12\x43\n\x06Search\x12\x1b.simsearch.v1.SearchRequest\x1a\x1c.simsearch.v1.SearchResponse\x12K\n\x08Snapshot\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1e.simsearch.v1.SnapshotResponse\x12R\n\x10\x45xportCollection\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1b.simsearch.v1.SnapshotChunk0\x01\x12O\n\x10ImportCollection\x12\x1b.simsearch.v1.SnapshotChunk\x1a\x1c.simsearch.v1.CollectionInfo(\x01\x12@\n\x07PutBlob\x12\x1b.simsearch.v1.SnapshotChunk\x1a\x16.simsearch.v1.BlobInfo(\x01\x12I\n\x07GetBlob\x12\x1f.simsearch.v1.CollectionRequest\x1a\x1b.simsearch.v1.SnapshotChunk0\x01\x12\x45\n\nDeleteBlob\x12\x1f.simsearch.v1.CollectionRequest\x1a\x16.simsearch.v1.BlobInfo\x12R\n\tListBlobs\x12$.simsearch.v1.ListCollectionsRequest\x1a\x1f.simsearch.v1.ListBlobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,33 +46,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=516
   _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=592
   _globals['_TRAINREQUEST']._serialized_start=594
-  _globals['_TRAINREQUEST']._serialized_end=667
-  _globals['_TRAINRESPONSE']._serialized_start=669
-  _globals['_TRAINRESPONSE']._serialized_end=684
-  _globals['_ADDREQUEST']._serialized_start=686
-  _globals['_ADDREQUEST']._serialized_end=804
-  _globals['_ADDRESPONSE']._serialized_start=806
-  _globals['_ADDRESPONSE']._serialized_end=832
-  _globals['_REMOVEREQUEST']._serialized_start=834
-  _globals['_REMOVEREQUEST']._serialized_end=902
-  _globals['_REMOVERESPONSE']._serialized_start=904
-  _globals['_REMOVERESPONSE']._serialized_end=937
-  _globals['_SEARCHREQUEST']._serialized_start=939
-  _globals['_SEARCHREQUEST']._serialized_end=1045
-  _globals['_SEARCHRESPONSE']._serialized_start=1047
-  _globals['_SEARCHRESPONSE']._serialized_end=1153
-  _globals['_SNAPSHOTCHUNK']._serialized_start=1155
-  _globals['_SNAPSHOTCHUNK']._serialized_end=1225
-  _globals['_SNAPSHOTRESPONSE']._serialized_start=1227
-  _globals['_SNAPSHOTRESPONSE']._serialized_end=1260
-  _globals['_BLOBINFO']._serialized_start=1262
-  _globals['_BLOBINFO']._serialized_end=1316
-  _globals['_LISTBLOBSRESPONSE']._serialized_start=1318
-  _globals['_LISTBLOBSRESPONSE']._serialized_end=1376
-  _globals['_SERVERINFOREQUEST']._serialized_start=1378
-  _globals['_SERVERINFOREQUEST']._serialized_end=1397
-  _globals['_SERVERINFO']._serialized_start=1399
-  _globals['_SERVERINFO']._serialized_end=1476
-  _globals['_SIMSEARCH']._serialized_start=1479
-  _globals['_SIMSEARCH']._serialized_end=2724
+  _globals['_TRAINREQUEST']._serialized_end=720
+  _globals['_TRAINRESPONSE']._serialized_start=722
+  _globals['_TRAINRESPONSE']._serialized_end=737
+  _globals['_ADDREQUEST']._serialized_start=740
+  _globals['_ADDREQUEST']._serialized_end=873
+  _globals['_ADDRESPONSE']._serialized_start=875
+  _globals['_ADDRESPONSE']._serialized_end=901
+  _globals['_REMOVEREQUEST']._serialized_start=903
+  _globals['_REMOVEREQUEST']._serialized_end=971
+  _globals['_REMOVERESPONSE']._serialized_start=973
+  _globals['_REMOVERESPONSE']._serialized_end=1006
+  _globals['_SEARCHREQUEST']._serialized_start=1008
+  _globals['_SEARCHREQUEST']._serialized_end=1135
+  _globals['_SEARCHRESPONSE']._serialized_start=1137
+  _globals['_SEARCHRESPONSE']._serialized_end=1243
+  _globals['_SNAPSHOTCHUNK']._serialized_start=1245
+  _globals['_SNAPSHOTCHUNK']._serialized_end=1315
+  _globals['_SNAPSHOTRESPONSE']._serialized_start=1317
+  _globals['_SNAPSHOTRESPONSE']._serialized_end=1350
+  _globals['_BLOBINFO']._serialized_start=1352
+  _globals['_BLOBINFO']._serialized_end=1406
+  _globals['_LISTBLOBSRESPONSE']._serialized_start=1408
+  _globals['_LISTBLOBSRESPONSE']._serialized_end=1466
+  _globals['_SERVERINFOREQUEST']._serialized_start=1468
+  _globals['_SERVERINFOREQUEST']._serialized_end=1487
+  _globals['_SERVERINFO']._serialized_start=1489
+  _globals['_SERVERINFO']._serialized_end=1566
+  _globals['_SIMSEARCH']._serialized_start=1569
+  _globals['_SIMSEARCH']._serialized_end=2814
 # @@protoc_insertion_point(module_scope)

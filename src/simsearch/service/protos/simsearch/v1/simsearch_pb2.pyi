@@ -75,30 +75,38 @@ class ListCollectionsResponse(_message.Message):
     def __init__(self, collections: _Optional[_Iterable[_Union[CollectionInfo, _Mapping]]] = ...) -> None: ...
 
 class TrainRequest(_message.Message):
-    __slots__ = ("collection", "vectors")
+    __slots__ = ("collection", "vectors", "texts", "encoder", "params_json")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    ENCODER_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     collection: str
     vectors: Matrix
-    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ...) -> None: ...
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    encoder: bytes
+    params_json: str
+    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., texts: _Optional[_Iterable[str]] = ..., encoder: _Optional[bytes] = ..., params_json: _Optional[str] = ...) -> None: ...
 
 class TrainResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("collection", "vectors", "ids", "auto_ids", "upsert")
+    __slots__ = ("collection", "vectors", "ids", "auto_ids", "upsert", "texts")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
     AUTO_IDS_FIELD_NUMBER: _ClassVar[int]
     UPSERT_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     vectors: Matrix
     ids: _containers.RepeatedScalarFieldContainer[int]
     auto_ids: bool
     upsert: bool
-    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[_Iterable[int]] = ..., auto_ids: _Optional[bool] = ..., upsert: _Optional[bool] = ...) -> None: ...
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[_Iterable[int]] = ..., auto_ids: _Optional[bool] = ..., upsert: _Optional[bool] = ..., texts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("ids",)
@@ -123,16 +131,18 @@ class RemoveResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("collection", "queries", "k", "params_json")
+    __slots__ = ("collection", "queries", "k", "params_json", "query_texts")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    QUERY_TEXTS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     queries: Matrix
     k: int
     params_json: str
-    def __init__(self, collection: _Optional[str] = ..., queries: _Optional[_Union[Matrix, _Mapping]] = ..., k: _Optional[int] = ..., params_json: _Optional[str] = ...) -> None: ...
+    query_texts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, collection: _Optional[str] = ..., queries: _Optional[_Union[Matrix, _Mapping]] = ..., k: _Optional[int] = ..., params_json: _Optional[str] = ..., query_texts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("rows", "k", "ids", "scores", "coverage")
