@@ -294,8 +294,8 @@ def test_a_shard_that_stays_gone_has_its_replicas_remade(cluster_factory, data):
     def remade():
         shards = [p for p in cl.status()["processes"] if p["role"] == "shard"]
         held = sorted(part for p in shards if p["id"] != 0 for part in p["parts"])
-        return all(p["parts"] == [] for p in shards if p["id"] == 0) and held == sorted(f"docs.p{j}" for j in range(3)
-                                                      for _ in range(2))
+        want = sorted(f"docs.p{j}" for j in range(3) for _ in range(2))
+        return all(p["parts"] == [] for p in shards if p["id"] == 0) and held == want
 
     wait_until(remade, timeout=60)
     np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
