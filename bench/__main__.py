@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     r.add_argument("--rounds", type=int, default=None, help="timing rounds (overrides config)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--ann-results", metavar="DIR",
+                   help="also write ann-benchmarks result files (their plot.py reads them)")
     rp = sub.add_parser("report", help="derive results.md and PNGs from a results directory")
     rp.add_argument("dir")
     sub.add_parser("list", help="list configs and adapters")
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.cmd == "run":
         out = runner.run(
-            args.config, args.out, args.threads, args.rounds, progress=not args.no_progress
+            args.config, args.out, args.threads, args.rounds, progress=not args.no_progress,
+            ann_results=args.ann_results,
         )
         md = out / "results.md"
         print(md.read_text())

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import platform
+import re
 import subprocess
 import time
 from contextlib import contextmanager
@@ -226,10 +227,13 @@ def run(
     threads: list[int] | None = None,
     rounds: int | None = None,
     progress: bool = True,
+    ann_results: str | os.PathLike | None = None,
 ) -> Path:
     """Run a benchmark config; write ``results.json`` then the report into ``out_dir``
     (default ``bench/results/<config name>``). ``threads``: thread counts for batch QPS
-    (default 1 and all cores). Returns the output directory."""
+    (default 1 and all cores). ``ann_results``: also write every run as an ann-benchmarks
+    result file under ``<ann_results>/<dataset>/<k>/<algorithm>/`` (their plotting reads it).
+    Returns the output directory."""
     cfg = config if isinstance(config, dict) else load_config(config)
     timing = dict(cfg["timing"])
     if rounds is not None:
@@ -300,6 +304,7 @@ def run(
                     "index_bytes": b["index_bytes"],
                     "work": a.work(),
                     "_adapter": a,
+                    "_ids": ids,
                     "_lat": np.full((2, len(q_lat)), np.inf),
                 }
             )
@@ -342,8 +347,44 @@ def run(
                 bar.update(len(group))
             save()
     log.info("results in %s (%.1f s)", out / RESULTS_FILE, time.perf_counter() - t0)
+    if ann_results is not None:
+        write_ann_results(runs, ann_results, ds.name, metric, k, q, base)
     report(out)
     return out
+
+
+def write_ann_results(runs: list[dict], root: str | os.PathLike, dataset: str, metric: str,
+                      k: int, q: np.ndarray, base: np.ndarray) -> list[Path]:
+    """Every run as an ann-benchmarks result file (``simsearch.annbench.write_result``): the
+    returned ids, their distances in ann-benchmarks' measure, and per-query time 1 / (1-thread
+    batch q/s), the quantity their q/s axis shows."""
+    from simsearch.annbench import write_result
+
+    paths = []
+    for r in runs:
+        ids = np.asarray(r["_ids"], np.int64)
+        safe = np.maximum(ids, 0)
+        x = base[safe]  # (nq, k, d)
+        if metric == "l2":
+            dist = np.sqrt(np.maximum(((x - q[:, None, :]) ** 2).sum(-1), 0.0))
+        elif metric == "cosine":
+            qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
+            xn = x / np.maximum(np.linalg.norm(x, axis=2, keepdims=True), 1e-30)
+            dist = 1.0 - np.einsum("qkd,qd->qk", xn, qn)
+        else:  # ann-benchmarks' "dot": smaller is better, so the negated inner product
+            dist = -np.einsum("qkd,qd->qk", x, q)
+        dist[ids < 0] = np.inf
+        qps = r["qps"].get("1") or max(r["qps"].values(), default=0.0) or float("nan")
+        name = f"{r['algorithm']}({_params({**r['build'], **r['search']})})"
+        folder = Path(root) / dataset / str(k) / r["algorithm"]
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / (re.sub(r"[^A-Za-z0-9_.=-]+", "_", name) + ".hdf5")
+        write_result(path, algo=r["algorithm"], dataset=dataset, metric=metric, k=k,
+                     neighbors=ids, distances=dist, times=np.full(len(q), 1.0 / qps),
+                     build_time=r["build_s"], index_size=r["index_bytes"] / 1024, name=name)
+        paths.append(path)
+    log.info("%d ann-benchmarks result files under %s", len(paths), root)
+    return paths
 
 
 def _jsonable(v: Any) -> Any:

@@ -1,13 +1,17 @@
-"""Searches per second over gRPC against the same index in process.
+"""Searches per second over gRPC against the same index in process, and against a bare gRPC
+echo moving the same bytes.
 
-    python bench/service_bench.py [--n 50000] [--dim 64] [--kind hnsw] [--seconds 3]
+    python bench/service_bench.py [--n 50000] [--dim 64] [--kind hnsw] [--seconds 3] [--metrics]
 
 Starts a node (``python -m simsearch.service.server``, port 0) in a subprocess, loads the data
 through the client, snapshots it, and loads that snapshot file in this process, so both sides
 search the very same index. Then, for batch sizes 1 and 100 and 1 or several concurrent clients
 (threads, each with its own channel), it counts queries per second for a fixed wall time. Every
-search runs with one BLAS/faiss thread on both sides (server ``--threads 1``). Raw results go to
-bench/results/service.json; a Markdown table is printed.
+search runs with one BLAS/faiss thread on both sides (server ``--threads 1``). The echo
+(bench/service/echo_server.py, its own process, as many workers) answers each call with as many
+bytes as the search's response, so ``echo_ratio`` = echo calls/s over search calls/s is what the
+node costs above gRPC itself. ``--metrics`` serves the node's Prometheus metrics meanwhile. Raw
+results go to bench/results/service.json; a Markdown table is printed.
 """
 
 from __future__ import annotations
@@ -31,7 +35,38 @@ from simsearch.eval import markdown_table, thread_limit
 from simsearch.service.client import connect
 
 
-def start_server(data_dir: Path, workers: int) -> tuple[subprocess.Popen, int]:
+def start_echo(tmp: Path, workers: int) -> tuple[subprocess.Popen, int]:
+    ready = tmp / "echo.json"
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "service" /
+                                                 "echo_server.py"), str(ready), str(workers)],
+                            stdin=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() - t0 > 60:
+            raise RuntimeError("echo server did not start")
+        time.sleep(0.05)
+    return proc, json.loads(ready.read_text())["port"]
+
+
+def echo_search(port: int, dim: int, k: int):
+    """A ``search(i) -> fn(queries)`` whose calls move a search's bytes through the echo."""
+    import grpc
+
+    def make(i):
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        call = channel.unary_unary("/echo.Echo/Call")
+
+        def fn(q):
+            answer = len(q) * k * 12 + 16  # ids (8 B) and scores (4 B) per result
+            return call(answer.to_bytes(4, "little") + bytes(len(q) * dim * 4), timeout=60)
+
+        return fn
+
+    return make
+
+
+def start_server(data_dir: Path, workers: int, metrics: bool = False
+                 ) -> tuple[subprocess.Popen, int]:
     ready = data_dir.parent / "ready.json"
     proc = subprocess.Popen(
         [
@@ -52,6 +87,7 @@ def start_server(data_dir: Path, workers: int) -> tuple[subprocess.Popen, int]:
             "0",
             "--log-level",
             "WARNING",
+            *(["--metrics-port", "0"] if metrics else []),
         ],
         stdin=subprocess.DEVNULL,
     )
@@ -119,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--batches", default="1,100")
     p.add_argument("--clients", default="1,4")
+    p.add_argument("--metrics", action="store_true", help="the node serves Prometheus metrics")
     p.add_argument("--out", default="bench/results/service.json")
     args = p.parse_args(argv)
 
@@ -130,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, thread_limit(1):
         data_dir = Path(tmp) / "data"
-        proc, port = start_server(data_dir, workers=max(8, 2 * max(clients)))
+        workers = max(8, 2 * max(clients))
+        proc, port = start_server(data_dir, workers=workers, metrics=args.metrics)
+        echo, echo_port = start_echo(Path(tmp), workers)
         try:
             address = f"127.0.0.1:{port}"
             admin = connect(address, timeout=600)
@@ -164,15 +203,19 @@ def main(argv: list[str] | None = None) -> int:
                     for mode, fn, pid in (
                         ("in-process", local_search, None),
                         ("gRPC", remote_search, proc.pid),
+                        ("echo", echo_search(echo_port, args.dim, args.k), echo.pid),
                     ):
                         qps[mode], cpu[mode] = throughput(fn, queries, batch, nc, args.seconds, pid)
                     row = {
                         "kind": args.kind,
                         "batch": batch,
                         "clients": nc,
+                        "metrics": args.metrics,
                         "in_process_qps": round(qps["in-process"]),
                         "grpc_qps": round(qps["gRPC"]),
+                        "echo_qps": round(qps["echo"]),
                         "qps_ratio": round(qps["gRPC"] / qps["in-process"], 3),
+                        "echo_ratio": round(qps["echo"] / qps["gRPC"], 3),
                         "in_process_cpu_us_per_q": round(cpu["in-process"], 1),
                         "grpc_cpu_us_per_q": round(cpu["gRPC"], 1),
                         "cpu_efficiency": round(cpu["in-process"] / cpu["gRPC"], 3),
@@ -183,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                 c.close()
             admin.close()
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            for p_ in (proc, echo):
+                p_.send_signal(signal.SIGTERM)
+                p_.wait(60)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {

@@ -57,6 +57,44 @@ def test_import_and_bench_match_the_files_neighbours(ann_file, tmp_path):
         assert h["neighbors"].shape == (50, 10) and h["times"].shape == (50,)
 
 
+def test_the_bench_runner_benches_an_imported_file_and_writes_their_results(ann_file, tmp_path):
+    """Import, bench through the runner, write ann-benchmarks result files: the recall their
+    plotting would compute from our files (against the file's own neighbours) is the runner's."""
+    from pathlib import Path
+
+    import h5py
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench import runner
+
+    path, truth = ann_file
+    datasets.import_hdf5(path)
+    cfg = {"name": "toy", "dataset": {"name": "toy-16-angular", "params": {}},
+           "metric": "cosine", "k": 10,
+           "timing": {"rounds": 1, "latency_queries": 10, "min_seconds": 0.01},
+           "algorithms": [{"adapter": "hnswlib", "label": "hnswlib",
+                           "build": {"M": 8, "ef_construction": 50, "n_threads": 1},
+                           "search": {"ef": 20}},
+                          {"adapter": "simsearch-flat", "label": "simsearch-flat",
+                           "build": {}, "search": {}}]}
+    out = runner.run(cfg, tmp_path / "out", threads=[1], progress=False,
+                     ann_results=tmp_path / "ann")
+    import json
+
+    runs = {r["algorithm"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    files = sorted((tmp_path / "ann" / "toy-16-angular" / "10").glob("*/*.hdf5"))
+    assert {f.parent.name for f in files} == {"hnswlib", "simsearch-flat"}
+    for f in files:
+        with h5py.File(f) as h:
+            assert h.attrs["distance"] == "angular" and h.attrs["count"] == 10
+            got = h["neighbors"][:]
+            assert h.attrs["best_search_time"] > 0 and h["distances"].shape == got.shape
+            assert (np.diff(h["distances"][:], axis=1) >= -1e-5).all()  # nearest first
+        recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+        assert recall == pytest.approx(runs[f.parent.name]["recall"], abs=1e-9)
+    assert runs["simsearch-flat"]["recall"] == 1.0
+
+
 def test_not_an_ann_file_is_typed(tmp_path):
     bad = tmp_path / "x.hdf5"
     bad.write_bytes(b"not hdf5")

@@ -301,3 +301,43 @@ def test_a_shard_that_stays_gone_has_its_replicas_remade(cluster_factory, data):
     np.testing.assert_array_equal(col.search(queries, K, branching=24).ids, want)
     st = cl.status()
     assert not any(p.get("out_of_sync") for p in st["processes"])
+
+
+def test_coordinator_metrics_move_with_searches(cluster_factory, data):
+    """The coordinator's Prometheus metrics: role, shards up, fan-out, hedges, replicas out of
+    sync, part latency (docs/service.md, "Metrics")."""
+    import urllib.request
+
+    base, queries = data
+    cl = cluster_factory(3, 2, "--metrics")
+    col = ss.connect(cl.coordinator, timeout=60).create_collection(
+        "docs", DIM, "l2", "pyramid", **PARAMS)
+    col.train(base)
+    col.add(base)
+    info = next(i for i in cl.up["processes"].values() if i["address"] == cl.coordinator)
+
+    def scrape() -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{info['metrics_port']}/metrics",
+                                      timeout=10).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("simsearch_") and " " in line:
+                key, value = line.rsplit(" ", 1)
+                out[key] = float(value)
+        return out
+
+    before = scrape()
+    col.search(queries, K, branching=2)
+    after = scrape()
+    assert after["simsearch_pyramid_leader"] == 1.0
+    assert after["simsearch_pyramid_shards_up"] == 3.0
+    n = len(queries)
+    assert after["simsearch_pyramid_queries_total"] - before["simsearch_pyramid_queries_total"] \
+        == n
+    asked = after["simsearch_pyramid_query_parts_total"] - \
+        before["simsearch_pyramid_query_parts_total"]
+    assert n <= asked <= 2 * n  # branching 2: one or two parts per query
+    assert after['simsearch_pyramid_replicas_out_of_sync{collection="docs"}'] == 0.0
+    assert 'simsearch_pyramid_part_latency_p95_seconds{part="docs.p0"}' in after
+    assert "simsearch_pyramid_hedges_total" in after
+    assert after['simsearch_requests_total{code="OK",collection="docs",rpc="Search"}'] >= 1

@@ -52,6 +52,9 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     up.add_argument("--restart-delay", type=float, default=1.0)
     up.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
                     help="the coordinators' --replace-after")
+    up.add_argument("--metrics", action="store_true",
+                    help="coordinators serve Prometheus metrics on free loopback ports "
+                         "(in up.json as metrics_port)")
     up.set_defaults(func=launcher.run_up)
 
     for name, fn, text in (("status", launcher.run_status, "processes, parts and sync state"),

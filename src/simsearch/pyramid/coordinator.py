@@ -240,7 +240,9 @@ class ClusterCollection:
                ) -> SearchResult:
         token = DEADLINE.set(deadline)
         try:
-            return self.current().search(q, k, **params)
+            out = self.current().search(q, k, **params)
+            self.coord.queries += len(out.ids)
+            return out
         finally:
             DEADLINE.reset(token)
 
@@ -346,6 +348,7 @@ class Coordinator:
         self._wake = threading.Event()
         self._cancel_log_watch = None
         self._forwarder = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="forward")
+        self.queries = 0  # searched through this coordinator (a metric)
         self.pool = ShardPool(self.state, is_leader=self.is_leader, fence=self.fence,
                               **(pool_options or {}))
         self.state.listeners.append(self._on_state)
@@ -503,6 +506,37 @@ class Coordinator:
         for sid in (router_meta or {}).get("holders", []):
             with contextlib.suppress(Exception):
                 self.pool.client(sid).delete_blob(router_meta["blob"])
+
+    def collect(self):
+        """Prometheus metrics of this coordinator (docs/service.md, "Metrics"): its role,
+        shards up, the fan-out, hedges, out-of-sync replicas and part latency."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        pool = self.pool
+        leader = GaugeMetricFamily("simsearch_pyramid_leader", "1 while this coordinator leads")
+        leader.add_metric([], 1.0 if self.is_leader() else 0.0)
+        up = GaugeMetricFamily("simsearch_pyramid_shards_up", "shards answering health checks")
+        up.add_metric([], float(sum(bool(v) for v in pool.up.values())))
+        queries = CounterMetricFamily("simsearch_pyramid_queries", "queries searched here")
+        queries.add_metric([], float(self.queries))
+        fanout = CounterMetricFamily(
+            "simsearch_pyramid_query_parts",
+            "(query, part) pairs asked; divided by simsearch_pyramid_queries: the fan-out")
+        fanout.add_metric([], float(pool.query_parts))
+        hedges = CounterMetricFamily("simsearch_pyramid_hedges", "hedged part calls sent")
+        hedges.add_metric([], float(pool.hedges))
+        stale = GaugeMetricFamily("simsearch_pyramid_replicas_out_of_sync",
+                                  "part replicas not in sync (no reads until re-copied)",
+                                  labels=["collection"])
+        for name in self.names():
+            parts = self.state.part_map(name).get("parts", {})
+            stale.add_metric([name], float(sum(len(set(e["replicas"]) - set(e["in_sync"]))
+                                               for e in parts.values())))
+        p95 = GaugeMetricFamily("simsearch_pyramid_part_latency_p95_seconds",
+                                "p95 of a part's recent calls (its hedge delay)", labels=["part"])
+        for part in sorted(pool.parts):
+            p95.add_metric([part], pool.hedge_delay(part))
+        yield from (leader, up, queries, fanout, hedges, stale, p95)
 
     def import_collection(self, name: str, config: dict, data: bytes):
         raise InvalidParameterError(

@@ -87,6 +87,7 @@ class ShardPool:
         self._hedge_tokens = HEDGE_TOKENS_START
         self.hedge_fraction = hedge_fraction
         self.hedges = 0
+        self.query_parts = 0  # (query, part) pairs asked: with the queries, the fan-out
         self.executor = ThreadPoolExecutor(64, thread_name_prefix="pyramid-rpc")
         self.health_interval = health_interval
         self._stop = threading.Event()
@@ -435,6 +436,7 @@ class _PartCall:
                             DEADLINE_MARGIN_SHARE * max(0.0, deadline - time.monotonic()))
         self.deadline = deadline
         self.request = (q, k, convert.dump_params(params))
+        pool.query_parts += q.shape[0]  # a metric: unlocked, an increment lost now and then
         self.done = done
         self.box: list = []
         self.lock = threading.Lock()

@@ -76,7 +76,8 @@ class _Supervisor:
             port = self.args.port + i
         return [*base, "coordinator", *self._common(role), "--port", str(port),
                 "--replicas", str(self.args.replicas), "--workers", "16",
-                "--replace-after", str(self.args.replace_after)]
+                "--replace-after", str(self.args.replace_after),
+                *(["--metrics-port", "0"] if self.args.metrics else [])]
 
     def start(self, role: str) -> None:
         proc, ready = _spawn(self.cmd(role), self.d / f"{role}.ready", self.d / f"{role}.log")
@@ -84,7 +85,8 @@ class _Supervisor:
             self.procs[role] = proc
             self.info[role] = {"pid": proc.pid, "port": ready["port"],
                                "address": ready["address"],
-                               **({"id": ready["id"]} if "id" in ready else {})}
+                               **{k: ready[k] for k in ("id", "metrics_port")
+                                  if ready.get(k) is not None}}
         self.write()
 
     def next_shard(self) -> str:

@@ -62,6 +62,8 @@ class ServiceMetrics:
         self.latency = Histogram("simsearch_request_seconds", "RPC latency by method", ["rpc"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_StoreCollector(store))
+        if hasattr(store, "collect"):  # a store with metrics of its own (a Pyramid coordinator)
+            self.registry.register(store)
         self._store = store
         self._http = None
 
