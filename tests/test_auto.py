@@ -54,3 +54,20 @@ def test_a_scan_budget_grows_with_the_index(longtail):
     got, truth = idx.search(queries[50:], 10).ids, flat.search(queries[50:], 10).ids
     rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
     assert rec >= 0.85, (rec, idx.report)
+
+
+def test_the_partition_and_quantization_candidate(longtail, tmp_path):
+    """NEQ (PQ, inverted lists ranked by their largest norm, exact re-ranking) as a candidate:
+    trained, tuned on n_probe with its fixed re-rank, and it reaches the target held out."""
+    base, queries = longtail
+    idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:50], progress=False,
+                        candidates=("neq",), sample_size=4000)
+    assert idx.chosen == "neq" and "n_probe=" in idx.report
+    flat = ss.FlatIndex(24, "ip")
+    flat.add(base)
+    got, truth = idx.search(queries[50:], 10).ids, flat.search(queries[50:], 10).ids
+    rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+    assert rec >= 0.85, (rec, idx.report)
+    idx.save(tmp_path / "auto.idx")
+    np.testing.assert_array_equal(ss.load(tmp_path / "auto.idx").search(queries[50:], 10).ids,
+                                  got)

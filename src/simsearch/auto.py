@@ -19,7 +19,8 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,15 +34,33 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Candidate:
     kind: str
-    build: dict
+    build: dict | Callable[[int, int], dict]  # or a function of (dim, n)
     knob: str | None  # the search parameter tuned to the target (None: exact)
     grid: tuple  # knob values tried, cheapest first; "frac:" values scale with the item count
-    growth: str  # "linear" (a scan) or "log" (a graph): how cost grows with the item count
+    growth: str  # "linear" (a scan), "sqrt" (inverted lists) or "log" (a graph): cost growth
     metrics: tuple[str, ...] = ("ip", "cosine", "l2")
     bytes_per_item: float = 0.0  # on top of the raw vector
+    fixed: dict = field(default_factory=dict)  # search parameters always passed
+
+    def make(self, dim: int, metric: str, x: np.ndarray) -> Index:
+        """Built (trained first where it must be) and filled with ``x``."""
+        build = self.build(dim, x.shape[0]) if callable(self.build) else self.build
+        idx = create_index(self.kind, dim, metric, **build)
+        if type(idx).needs_training:
+            idx.train(x)
+        return idx
 
 
-_FINALISTS = 2  # candidates built and tuned on all the data when a sample chose
+def _neq_build(dim: int, n: int) -> dict:
+    """NEQ over PQ with inverted lists (sqrt(n) lists, norm-aware list ranking) and exact
+    re-ranking: a partition + quantized-score method, as ScaNN is (docs/bench-quant.md)."""
+    return {"base": "pq", "n_codebooks": max(2, dim // 4),
+            "nbits": int(min(8, max(4, math.log2(max(n, 2) / 39)))),  # ~39 points per centroid
+            "n_lists": max(1, int(math.sqrt(n))), "keep_vectors": True, "progress": False}
+
+
+_FINALISTS = 3  # at most this many candidates are built and tuned on all the data ...
+_FINALIST_SPREAD = 4.0  # ... those estimated within this factor of the cheapest
 _EFS = (10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 _FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 CANDIDATES = {
@@ -53,6 +72,8 @@ CANDIDATES = {
                             ("ip",), bytes_per_item=600),
     "nr-lsh": Candidate("nr-lsh", {"n_bits": 16, "n_ranges": 32}, "n_probe_items", _FRACTIONS,
                         "linear", ("ip",), bytes_per_item=16),
+    "neq": Candidate("neq", _neq_build, "n_probe", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                     "sqrt", ("ip",), bytes_per_item=24, fixed={"rerank": 100}),
 }
 
 
@@ -97,11 +118,11 @@ def _tune(c: Candidate, idx: Index, q: np.ndarray, truth: np.ndarray, k: int, ta
     """The cheapest grid value reaching the target: (value or None, recall)."""
     n = len(idx)
     if c.knob is None:
-        return None, _recall(idx.search(q, k).ids, truth)
+        return None, _recall(idx.search(q, k, **c.fixed).ids, truth)
     rec = 0.0
     for v in c.grid:
         val = _knob_value(c, v, n)
-        rec = _recall(idx.search(q, k, **{c.knob: val}).ids, truth)
+        rec = _recall(idx.search(q, k, **{**c.fixed, c.knob: val}).ids, truth)
         if rec >= target:
             return v, rec
     return None, rec  # never reached it
@@ -126,7 +147,8 @@ class AutoIndex(Index):
     ``seed``, ``progress``.
     """
 
-    search_params = frozenset({"ef", "max_items", "n_probe_items", "n_threads"})
+    search_params = frozenset({"ef", "max_items", "n_probe_items", "n_probe", "rerank",
+                               "n_threads"})
 
     def __init__(self, dim: int, metric: str = "ip", target_recall: float = 0.9, k: int = 10,
                  candidates: list[str] | tuple[str, ...] | None = None,
@@ -191,16 +213,17 @@ class AutoIndex(Index):
                 rows.append((name, None, None, None, None, why))
                 continue
             _progress(f"building {name} on {len(xs)} items", p["progress"])
-            idx = create_index(name, self.dim, self.metric, **c.build)
+            idx = c.make(self.dim, self.metric, xs)
             idx.add(xs)
             v, rec = _tune(c, idx, q_eval, truth, kk, target)
             if v is None and c.knob is not None:
                 rows.append((name, None, rec, None, None, "never reached the target"))
                 continue
-            params = {} if c.knob is None else {c.knob: _knob_value(c, v, len(xs))}
+            params = {**c.fixed, **({} if c.knob is None else {c.knob: _knob_value(c, v,
+                                                                                 len(xs))})}
             sec = _per_query_seconds(idx, q_eval, kk, params)
-            scale = n / len(xs) if c.growth == "linear" else math.log(max(n, 2)) / math.log(
-                max(len(xs), 2))
+            scale = {"linear": n / len(xs), "sqrt": math.sqrt(n / len(xs))}.get(
+                c.growth, math.log(max(n, 2)) / math.log(max(len(xs), 2)))
             rows.append((name, v, rec, sec, sec * scale, "ok"))
             _progress(f"{name}: {c.knob}={v} recall {rec:.3f}, {sec * 1e6:.0f} us/query "
                       f"on the sample, ~{sec * scale * 1e6:.0f} us at full size", p["progress"])
@@ -226,13 +249,14 @@ class AutoIndex(Index):
         # a sample's estimate can mislead (a graph's ef may need to grow 10x from 20k to 200k
         # items): when the candidates were built on a sample, the cheapest few are built on all
         # the data, tuned there and timed, and the measured cost decides
-        finalists = ok[: 1 if len(xs) >= n else _FINALISTS]
+        finalists = [r for r in ok if r[4] <= _FINALIST_SPREAD * ok[0][4]][
+            : 1 if len(xs) >= n else _FINALISTS]
         best = None
         for r in finalists:
             _progress(f"building {r[0]} on all {n} items", p["progress"])
             inner, defaults, rec = self._build_full(r[0], r[1], x, ids, late, q_eval, truth_full)
             c = CANDIDATES[r[0]]
-            params = {} if c.knob is None else defaults
+            params = defaults
             sec = _per_query_seconds(inner, q_eval, min(k, m), params) \
                 if len(finalists) > 1 else r[4]
             knob = "exact" if c.knob is None else f"{c.knob}={defaults[c.knob]}"
@@ -258,13 +282,14 @@ class AutoIndex(Index):
         against the exact answers: (index, defaults, recall lower bound)."""
         c, n = CANDIDATES[name], x.shape[0]
         k, target = truth_full.shape[1], self._params["target_recall"]
-        inner = create_index(name, self.dim, self.metric, **c.build)
+        inner = c.make(self.dim, self.metric, x[~late])
         inner.add(x[~late], ids[~late])
         if c.knob is None:
-            return inner, {}, _recall(inner.search(q_eval, k).ids, truth_full)
+            return inner, dict(c.fixed), _recall(inner.search(q_eval, k, **c.fixed).ids,
+                                                 truth_full)
 
         def rec_at(val):
-            return _recall(inner.search(q_eval, k, **{c.knob: val}).ids, truth_full)
+            return _recall(inner.search(q_eval, k, **{**c.fixed, c.knob: val}).ids, truth_full)
 
         start = c.grid.index(v)
         lo = _knob_value(c, c.grid[start - 1], n) if start else 1
@@ -281,7 +306,7 @@ class AutoIndex(Index):
                 hi, rec = mid, r
             else:
                 lo = mid
-        return inner, {c.knob: hi}, rec
+        return inner, {**c.fixed, c.knob: hi}, rec
 
     # -- the Index hooks --------------------------------------------------------------------
 
