@@ -1,6 +1,6 @@
 """Benchmark adapters for NEQ (simsearch "neq") and its equal-bits faiss baselines, both with an
 optional exact re-rank of the scan's best ``rerank`` items so the QPS runner can sweep recall.
-The paper's recall-within-top-T tables come from bench/quant_bench.py instead. Registered into
+The paper's recall-within-top-T tables come from bench/quant/bench.py instead. Registered into
 bench.adapters.ADAPTERS by :func:`register`."""
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ from simsearch.eval import (
     plot_recall_qps,
     recall_at_k,
     thread_limit,
+    value_at_recall,
 )
 
 from .adapters import ADAPTERS, make_adapter
@@ -404,11 +405,7 @@ def _params(d: dict) -> str:
 
 def _interp_log_qps(front: list[tuple[float, float]], recall: float) -> float | None:
     """QPS of a Pareto frontier at ``recall`` (linear in log QPS); None outside its range."""
-    if not front or recall < front[0][0] - 1e-12 or recall > front[-1][0] + 1e-12:
-        return None
-    rs = np.array([p[0] for p in front])
-    qs = np.log(np.array([p[1] for p in front]))
-    return float(np.exp(np.interp(recall, rs, qs)))
+    return value_at_recall(front, recall, below="none")
 
 
 def _ratio(a: float | None, b: float | None) -> str:

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -42,3 +43,14 @@ def test_markdown_table():
     t = markdown_table([{"a": 1, "b": 0.91234}, {"a": "x"}], ["a", "b"])
     assert t.splitlines()[0] == "| a | b |"
     assert "0.9123" in t and "| x |  |" in t
+
+
+def test_value_at_recall_is_log_linear_and_bounded():
+    from simsearch.eval import value_at_recall
+
+    pts = [(0.8, 1000.0), (0.95, 10.0), (0.9, 100.0)]
+    assert value_at_recall(pts, 0.9) == pytest.approx(100.0)
+    assert value_at_recall(pts, 0.85) == pytest.approx(np.sqrt(1000.0 * 100.0))
+    assert value_at_recall(pts, 0.99) is None
+    assert value_at_recall(pts, 0.5) == 1000.0
+    assert value_at_recall(pts, 0.5, below="none") is None

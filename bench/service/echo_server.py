@@ -1,5 +1,5 @@
 """A bare gRPC echo server in Python: the floor a search call over loopback can reach
-(bench/service_bench.py times it beside the node). Each request's first 4 bytes say how many
+(bench/service/bench.py times it beside the node). Each request's first 4 bytes say how many
 bytes to answer with, so the echo moves the same bytes as the search it stands for.
 
     python bench/service/echo_server.py READY_FILE [WORKERS]

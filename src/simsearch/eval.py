@@ -153,6 +153,23 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def value_at_recall(points: Sequence[tuple[float, float]], target: float,
+                    below: str = "first") -> float | None:
+    """A measured (recall, value) curve read at ``recall = target``, log-linear in the value
+    (q/s, items probed): None past the best recall; below the smallest recall, the first value
+    (``below="first"``: the cheapest setting already reaches the target) or None (``"none"``)."""
+    pts = sorted(points)
+    if not pts or pts[-1][0] < target - 1e-12:
+        return None
+    if pts[0][0] >= target:
+        return float(pts[0][1]) if below == "first" or pts[0][0] - target <= 1e-12 else None
+    for (r0, v0), (r1, v1) in zip(pts, pts[1:], strict=False):
+        if r0 <= target <= r1 and r1 > r0:
+            f = (target - r0) / (r1 - r0)
+            return float(np.exp(np.log(v0) + f * (np.log(v1) - np.log(v0))))
+    return None
+
+
 def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """Points not dominated in (recall, qps), by increasing recall."""
     front: list[tuple[float, float]] = []

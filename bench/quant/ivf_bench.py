@@ -4,8 +4,8 @@ recall@10 (of the true inner-product top 10, no re-ranking), recall@10 within th
 and queries/s (k = 10) per n_probe, one thread, both indexes timed alternately in one process
 (best of ``--repeats``).
 
-    python -m bench.quant_ivf_bench --dataset synthetic-longtail --n 1000000 --dim 64
-    python -m bench.quant_ivf_bench --dataset glove-50
+    python -m bench.quant.ivf_bench --dataset synthetic-longtail --n 1000000 --dim 64
+    python -m bench.quant.ivf_bench --dataset glove-50
 
 Both train on the same sample; IndexIVFPQ encodes residuals to its (k-means, inner-product
 assigned) list centroids with M codebooks; NEQ-PQ files items under spherical k-means
@@ -26,10 +26,10 @@ import numpy as np
 from simsearch.eval import markdown_table, thread_limit
 from simsearch.quant import NEQIndex, pad, padded_dim
 
-from .quant_bench import load_data
+from .bench import load_data
 
 log = logging.getLogger("quant_ivf_bench")
-RESULTS = Path(__file__).parent / "results" / "quant"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "quant"
 
 
 def recall10(found: np.ndarray, gt: np.ndarray) -> float:

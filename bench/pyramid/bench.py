@@ -1,7 +1,7 @@
 """Pyramid cluster benchmarks (design §4.4, §6) over real local processes.
 
-    python -m bench.pyramid_bench sweep  --metric cosine --n-base 100000 --shards 4
-    python -m bench.pyramid_bench faults --metric cosine --n-base 20000
+    python -m bench.pyramid.bench sweep  --metric cosine --n-base 100000 --shards 4
+    python -m bench.pyramid.bench faults --metric cosine --n-base 20000
 
 sweep: recall@10 and throughput against the branching factor K through a coordinator, beside the
 naive scheme (random sharding, every query to every shard, fanned out by the client) on the same
@@ -535,7 +535,7 @@ def plot(paths, out: str) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.pyramid_bench")
+    p = argparse.ArgumentParser(prog="python -m bench.pyramid.bench")
     sub = p.add_subparsers(dest="mode", required=True)
     for name in ("sweep", "faults"):
         s = sub.add_parser(name)

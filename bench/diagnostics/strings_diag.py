@@ -1,6 +1,6 @@
 """Proteins diagnostics for CNN-ED training (docs/bench-strings.md, "Why proteins falls short").
 
-    python -m bench.strings_diag [--n-queries 100]
+    python -m bench.diagnostics.strings_diag [--n-queries 100]
 
 1. Neighbour distances: the benchmark queries' true k-th neighbour against a training anchor's
    k-th neighbour, (a) inside a 2,000-string sample (the old default) and (b) among the whole

@@ -1,7 +1,7 @@
 """Tables and plots for docs/bench-quant.md from bench/results/quant/*.json (written by
-bench/quant_bench.py): recall@k within the top T per method, and recall@20 against T as PNGs.
+bench/quant/bench.py): recall@k within the top T per method, and recall@20 against T as PNGs.
 
-    python -m bench.quant_report glove-50-pq-opq-rq glove-50k-lsq ... --png-dir docs/img
+    python -m bench.quant.report glove-50-pq-opq-rq glove-50k-lsq ... --png-dir docs/img
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from simsearch.eval import markdown_table
 
-from .quant_bench import RESULTS, TS
+from .bench import RESULTS, TS
 
 
 def load(tag: str) -> dict:

@@ -3,7 +3,7 @@ item of every query, its range j, its Hamming distance h to the query code, and 
 ranking probes before reaching its (range, h) pair (the whole pair counted as probed first, so
 this is the budget T that guarantees the item is found).
 
-    python -m bench.lsh_ranking_stats --dataset glove-50 --n-queries 200
+    python -m bench.diagnostics.lsh_ranking_stats --dataset glove-50 --n-queries 200
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from simsearch.eval import markdown_table
 from simsearch.lsh import NormRangingLSH, pair_order
 from simsearch.lsh import _kernels as K
 
-from .lsh_probes import load_dataset
+from ..lsh.probes import load_dataset
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """Searches per second over gRPC against the same index in process, and against a bare gRPC
 echo moving the same bytes.
 
-    python bench/service_bench.py [--n 50000] [--dim 64] [--kind hnsw] [--seconds 3] [--metrics]
+    python bench/service/bench.py [--n 50000] [--dim 64] [--kind hnsw] [--seconds 3] [--metrics]
 
 Starts a node (``python -m simsearch.service.server``, port 0) in a subprocess, loads the data
 through the client, snapshots it, and loads that snapshot file in this process, so both sides
@@ -37,8 +37,8 @@ from simsearch.service.client import connect
 
 def start_echo(tmp: Path, workers: int) -> tuple[subprocess.Popen, int]:
     ready = tmp / "echo.json"
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "service" /
-                                                 "echo_server.py"), str(ready), str(workers)],
+    echo = Path(__file__).parent / "echo_server.py"
+    proc = subprocess.Popen([sys.executable, str(echo), str(ready), str(workers)],
                             stdin=subprocess.DEVNULL)
     t0 = time.monotonic()
     while not ready.exists():

@@ -6,12 +6,12 @@ bound (``prune``). Beside them exact search (simsearch FlatIndex and faiss flat)
 
 For each method a T grid is swept with the current kernel until recall@10 >= 0.9; the two
 settings bracketing 0.9 are then timed round-robin (``--rounds``), best time per setting, and QPS
-at 0.9 is log-interpolated (as bench/lsh_probes.py does). Times are CPU seconds of this process
+at 0.9 is log-interpolated (as bench/lsh/probes.py does). Times are CPU seconds of this process
 (``time.process_time``; search is single-threaded) so that other jobs on the shared machine
 preempting it do not count; wall-clock QPS is written too.
 
-    python -m bench.lsh_ab --dataset glove-50 --n-queries 200 --before 29bd3cb
-    python -m bench.lsh_ab --dataset synthetic-longtail --n 1000000 --n-queries 200 \\
+    python -m bench.diagnostics.lsh_ab --dataset glove-50 --n-queries 200 --before 29bd3cb
+    python -m bench.diagnostics.lsh_ab --dataset synthetic-longtail --n 1000000 --n-queries 200 \\
         --before 29bd3cb
 
 Writes bench/results/lsh-<dataset>/ab.json and ab.md. ``--plot DIR`` draws DIR/lsh-ab-qps.png
@@ -38,10 +38,10 @@ from simsearch.eval import markdown_table, recall_at_k, thread_limit
 from simsearch.lsh import NormRangingLSH, SimpleLSH, pair_order
 from simsearch.lsh import _kernels as K
 
-from .adapters import FaissFlat, HnswlibRaw
-from .lsh_probes import at_recall, load_dataset
+from ..adapters import FaissFlat, HnswlibRaw
+from ..lsh.probes import at_recall, load_dataset
 
-log = logging.getLogger("bench.lsh_ab")
+log = logging.getLogger("bench.diagnostics.lsh_ab")
 GRID = [300, 1000, 2000, 3000, 5000, 7000, 10_000, 15_000, 20_000, 30_000, 50_000, 70_000,
         100_000, 150_000, 200_000, 300_000, 500_000, 700_000, 1_000_000]  # fmt: skip
 EFS = [10, 20, 40, 80, 160, 320, 640, 1280]
@@ -49,7 +49,7 @@ EFS = [10, 20, 40, 80, 160, 320, 640, 1280]
 
 def old_kernels(commit: str):
     """The _kernels module of a commit, imported from a temporary file."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     src = subprocess.run(["git", "show", f"{commit}:src/simsearch/lsh/_kernels.py"], cwd=root,
                          check=True, capture_output=True, text=True).stdout  # fmt: skip
     src = src.replace("from .._numba_util", "from simsearch._numba_util")
@@ -78,7 +78,7 @@ def main(argv=None):
     if a.plot:
         plot(Path(a.plot))
         return
-    out = Path(__file__).parent / "results" / f"lsh-{a.dataset}"
+    out = Path(__file__).resolve().parents[1] / "results" / f"lsh-{a.dataset}"
     out.mkdir(parents=True, exist_ok=True)
     OK = old_kernels(a.before)
     ds = load_dataset(a)
@@ -198,7 +198,7 @@ def plot(img: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    docs = [json.loads(f.read_text()) for f in sorted(Path(__file__).parent.glob(
+    docs = [json.loads(f.read_text()) for f in sorted(Path(__file__).resolve().parents[1].glob(
         "results/lsh-*/ab.json"))]  # fmt: skip
     fig, axes = plt.subplots(1, len(docs), figsize=(5.5 * len(docs), 4), squeeze=False)
     kinds = ["simple-lsh {}b: before", "simple-lsh {}b: after", "nr-lsh {}b: before",

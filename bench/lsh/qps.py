@@ -1,11 +1,11 @@
 """Queries/s at recall@10 = 0.9, measured interleaved: on a shared machine the load moves by 2x
 within a minute, so a method swept alone can land in a bad minute. This re-times, for each method,
-the two settings of bench/lsh_probes.py's results.json that bracket recall@10 = 0.9 (exact search:
+the two settings of bench/lsh/probes.py's results.json that bracket recall@10 = 0.9 (exact search:
 its one setting), round-robin over ``--rounds`` rounds, keeps each setting's best time and
 interpolates QPS at 0.9 (log-linear in recall, as lsh_probes does).
 
-    python -m bench.lsh_qps --dataset glove-50 --n-queries 200
-    python -m bench.lsh_qps --dataset synthetic-longtail --n 1000000 --n-queries 200
+    python -m bench.lsh.qps --dataset glove-50 --n-queries 200
+    python -m bench.lsh.qps --dataset synthetic-longtail --n 1000000 --n-queries 200
 
 Writes bench/results/lsh-<dataset>/qps.json and qps.md.
 """
@@ -23,11 +23,11 @@ import numpy as np
 
 from simsearch.eval import markdown_table, thread_limit
 
-from .adapters import FaissFlat, NormScan
-from .adapters_lsh import LSHAdapter
-from .lsh_probes import at_recall, load_dataset
+from ..adapters import FaissFlat, NormScan
+from ..adapters_lsh import LSHAdapter
+from .probes import at_recall, load_dataset
 
-log = logging.getLogger("bench.lsh_qps")
+log = logging.getLogger("bench.lsh.qps")
 
 
 def bracket(rows, target=0.9):
@@ -47,7 +47,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = Path(__file__).parent / "results" / f"lsh-{a.dataset}"
+    out = Path(__file__).resolve().parents[1] / "results" / f"lsh-{a.dataset}"
     doc = json.loads((out / "results.json").read_text())
     ds = load_dataset(a)
     base, q = ds.base, ds.queries

@@ -4,7 +4,7 @@ For each method and target recall, the cheapest setting that reaches the target 
 interpolation): its distance computations per query and queries/s. Ratios are ip-NSW+ over
 the baseline, each at its own cheapest setting, all from the same run.
 
-    python -m bench.graph_targets bench/results/graph-longtail [--targets 0.9 0.95]
+    python -m bench.graph.targets bench/results/graph-longtail [--targets 0.9 0.95]
         [--plot-dir docs/img]   # recall against distance computations
 """
 

@@ -3,8 +3,8 @@ its own training rows and held-out rows, and its codeword norms, over the ridge 
 ``lambd``), on unit directions with M - 1 codebooks (NEQ's side) and on raw vectors with M
 (the baseline's side). One thread.
 
-    python -m bench.quant_lsq_diag --dataset synthetic-longtail --n 50000 --dim 256
-    python -m bench.quant_lsq_diag --dataset glove-50 --n 50000
+    python -m bench.diagnostics.quant_lsq_diag --dataset synthetic-longtail --n 50000 --dim 256
+    python -m bench.diagnostics.quant_lsq_diag --dataset glove-50 --n 50000
 
 Errors are relative: mean |v - decode(encode(v))|^2 / mean |v|^2 (1.0 = as bad as zero), for
 the training rows re-encoded by LSQ's encoder (ICM from random codes) and for held-out rows.
@@ -23,7 +23,7 @@ import numpy as np
 from simsearch import datasets
 from simsearch.eval import markdown_table, thread_limit
 
-RESULTS = Path(__file__).parent / "results" / "quant"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "quant"
 
 
 def rel_err(lsq, v: np.ndarray) -> float:

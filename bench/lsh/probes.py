@@ -2,9 +2,9 @@
 (both bucket rankings), beside exact search, hnswlib "ip", faiss IndexLSH + exact re-rank and the
 norm-scan floor, all in one process (search single-threaded; hnswlib built with 2 threads).
 
-    python -m bench.lsh_probes --dataset ml100k-svd
-    python -m bench.lsh_probes --dataset glove-50 --n-queries 200
-    python -m bench.lsh_probes --dataset synthetic-longtail --n 1000000 --n-queries 200
+    python -m bench.lsh.probes --dataset ml100k-svd
+    python -m bench.lsh.probes --dataset glove-50 --n-queries 200
+    python -m bench.lsh.probes --dataset synthetic-longtail --n 1000000 --n-queries 200
 
 Results go to bench/results/lsh-<dataset>/results.json, rewritten after every measured setting, so
 a killed run keeps what it measured. Each method (a build plus its T sweep) is a group; rerunning
@@ -26,12 +26,18 @@ from pathlib import Path
 import numpy as np
 
 from simsearch import datasets
-from simsearch.eval import markdown_table, plot_recall_qps, recall_at_k, thread_limit
+from simsearch.eval import (
+    markdown_table,
+    plot_recall_qps,
+    recall_at_k,
+    thread_limit,
+    value_at_recall,
+)
 
-from .adapters import FaissFlat, HnswlibRaw, NormScan
-from .adapters_lsh import FaissLSHRerank, LSHAdapter
+from ..adapters import FaissFlat, HnswlibRaw, NormScan
+from ..adapters_lsh import FaissLSHRerank, LSHAdapter
 
-log = logging.getLogger("bench.lsh_probes")
+log = logging.getLogger("bench.lsh.probes")
 TS = [30, 100, 300, 1000, 2000, 3000, 5000, 10_000, 20_000, 30_000, 50_000, 100_000, 200_000,
       300_000, 500_000]  # fmt: skip
 EFS = [10, 20, 40, 80, 160, 320, 640, 1280, 2560]
@@ -51,18 +57,8 @@ def timed(fn, q, repeats=2, once_above=2.0):
 
 
 def at_recall(points, target=0.9):
-    """Interpolate (recall, value) points log-linearly at recall = target (None if never
-    bracketed; the first value if the smallest setting already reaches it)."""
-    pts = sorted(points)
-    if not pts or pts[-1][0] < target:
-        return None
-    if pts[0][0] >= target:
-        return float(pts[0][1])
-    for (r0, v0), (r1, v1) in zip(pts, pts[1:], strict=False):
-        if r0 <= target <= r1 and r1 > r0:
-            f = (target - r0) / (r1 - r0)
-            return float(np.exp(np.log(v0) + f * (np.log(v1) - np.log(v0))))
-    return None
+    """Log-linear read of (recall, value) points at ``target`` (``simsearch.eval``)."""
+    return value_at_recall(points, target)
 
 
 class Store:
@@ -129,7 +125,7 @@ def main(argv=None):
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = Path(a.out or Path(__file__).parent / "results" / f"lsh-{a.dataset}")
+    out = Path(a.out or Path(__file__).resolve().parents[1] / "results" / f"lsh-{a.dataset}")
     if a.report_only:
         report(out, a.img)
         return

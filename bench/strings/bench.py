@@ -2,8 +2,8 @@
 and CGK, end-to-end queries/s of the StringIndex against brute-force rapidfuzz, training time and
 embedding throughput.
 
-    python -m bench.strings_bench words      # 100,000 base words, 1,000 queries, max_len 32
-    python -m bench.strings_bench proteins   # 50,000 proteins truncated to 512, 1,000 queries
+    python -m bench.strings.bench words      # 100,000 base words, 1,000 queries, max_len 32
+    python -m bench.strings.bench proteins   # 50,000 proteins truncated to 512, 1,000 queries
 
 Raw results: bench/results/strings/<dataset>.json; recall plot: docs/img/strings-<dataset>.png.
 Everything runs single-threaded (training included: the encoder's default).
@@ -33,7 +33,7 @@ from simsearch.strings import (
 from simsearch.strings.brute import distances_with_cutoff
 
 log = logging.getLogger("strings_bench")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = {
     "words": dict(n_base=100_000, max_len=None, embed_max_len=32, brute_queries=200),
     "proteins": dict(n_base=50_000, max_len=512, embed_max_len=512, brute_queries=50),

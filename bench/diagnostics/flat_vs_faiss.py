@@ -1,6 +1,6 @@
 """Exact search: simsearch FlatIndex against faiss IndexFlatIP, one thread, same process.
 
-    python -m bench.flat_vs_faiss [--n-base 200000]
+    python -m bench.diagnostics.flat_vs_faiss [--n-base 200000]
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ Both sides train on the same sample with the same quantizer settings (faiss defa
 ``--rq-beam`` on both, LSQ ``--lsq-iters`` and ``--lsq-ridge`` on both); PQ/OPQ pad the
 dimension with zeros to a multiple of the number of codebooks (NEQ's M - 1, the baseline's M).
 
-    python -m bench.quant_bench --dataset glove-50 --codebooks 4 8
-    python -m bench.quant_bench --dataset synthetic-longtail --n 1000000 --dim 64
-    python -m bench.quant_bench --sweep items   # crossover sweep over items (10k-300k)
-    python -m bench.quant_bench --sweep axes    # dimension and norm spread at 30k items
-    python -m bench.quant_bench --sweep small   # the ml100k-svd scale
+    python -m bench.quant.bench --dataset glove-50 --codebooks 4 8
+    python -m bench.quant.bench --dataset synthetic-longtail --n 1000000 --dim 64
+    python -m bench.quant.bench --sweep items   # crossover sweep over items (10k-300k)
+    python -m bench.quant.bench --sweep axes    # dimension and norm spread at 30k items
+    python -m bench.quant.bench --sweep small   # the ml100k-svd scale
 
 Raw JSON goes to bench/results/quant/; Markdown tables are printed.
 """
@@ -32,7 +32,7 @@ from simsearch.quant.neq import LSQ_RIDGE
 
 log = logging.getLogger("quant_bench")
 TS = (1, 4, 16, 64, 256, 1024)
-RESULTS = Path(__file__).parent / "results" / "quant"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "quant"
 
 
 def recall_in_top_t(found: np.ndarray, gt: np.ndarray, k: int, ts=TS) -> dict[int, float]:
