@@ -8,8 +8,12 @@ the target recall (docs/architecture.md, "Choosing for the data").
 Nothing is guessed from the data's shape alone: each candidate that fits the memory budget is
 built on a sample, its search knob is tuned to the target on sample queries (the caller's, or
 items held out), its cost per query is measured, and the cost is scaled to the full size by how
-the method grows (a scan with the item count, a graph with its logarithm). The winner is built on
-all the data and its knob tuned again there, against the exact answers of the held-out queries.
+the method grows (a scan with the item count, inverted lists with its square root, a graph with its
+logarithm). A sample's estimate can mislead, so every candidate estimated within 4x of the
+cheapest (up to three) is built on all the data, its knob tuned again there against the exact
+answers of the held-out queries, and timed; the measured cost decides. Candidates: flat,
+norm-scan, HNSW, ip-NSW+, NR-LSH, NEQ (docs/benchmarks.md, "auto_index against the hand-tuned
+peers").
 """
 
 from __future__ import annotations
