@@ -69,7 +69,8 @@ _EFS = (10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 _FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 CANDIDATES = {
     "flat": Candidate("flat", {}, None, (), "linear"),
-    "norm-scan": Candidate("norm-scan", {}, "max_items", _FRACTIONS + (1.0,), "linear", ("ip",), 4),
+    "norm-scan": Candidate("norm-scan", {}, "max_items", _FRACTIONS + (0.6, 0.8, 1.0), "linear",
+                           ("ip",), 4),
     "hnsw": Candidate("hnsw", {"M": 16, "ef_construction": 200}, "ef", _EFS, "log",
                       bytes_per_item=300),
     "ipnsw-plus": Candidate("ipnsw-plus", {"M": 16, "progress": False}, "ef", _EFS, "log",
@@ -296,6 +297,10 @@ class AutoIndex(Index):
             return _recall(inner.search(q_eval, k, **{**c.fixed, c.knob: val}).ids, truth_full)
 
         start = c.grid.index(v)
+        # at full size the knob may need less than on the sample (the share of items a scan
+        # must read falls as the data grows): step down the grid while the target still holds
+        while start and rec_at(_knob_value(c, c.grid[start - 1], n)) >= target:
+            start -= 1
         lo = _knob_value(c, c.grid[start - 1], n) if start else 1
         for g in c.grid[start:]:
             hi = _knob_value(c, g, n)
