@@ -93,17 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--name", help="dataset name (default: the file's name without .hdf5)")
     da.set_defaults(func=_data)
 
-    try:  # `simsearch serve` needs the service extra (grpcio)
+    try:  # `simsearch serve` and `simsearch cluster` need the service extra (grpcio)
         from .service.server import add_serve_parser
     except ImportError:
         pass
     else:
-        add_serve_parser(sub)
-    try:  # `simsearch cluster` needs the service extra (grpcio) too
         from .pyramid.cli import add_cluster_parser
-    except ImportError:
-        pass
-    else:
+
+        add_serve_parser(sub)
         add_cluster_parser(sub)
     return p
 
