@@ -40,12 +40,17 @@ def start_echo(tmp: Path, workers: int) -> tuple[subprocess.Popen, int]:
     echo = Path(__file__).parent / "echo_server.py"
     proc = subprocess.Popen([sys.executable, str(echo), str(ready), str(workers)],
                             stdin=subprocess.DEVNULL)
+    return proc, _wait_ready(proc, ready, "echo server", 60)
+
+
+def _wait_ready(proc: subprocess.Popen, ready: Path, what: str, timeout: float) -> int:
+    """The port a child process wrote to its ready file."""
     t0 = time.monotonic()
     while not ready.exists():
-        if proc.poll() is not None or time.monotonic() - t0 > 60:
-            raise RuntimeError("echo server did not start")
+        if proc.poll() is not None or time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.05)
-    return proc, json.loads(ready.read_text())["port"]
+    return json.loads(ready.read_text())["port"]
 
 
 def echo_search(port: int, dim: int, k: int):
@@ -91,12 +96,7 @@ def start_server(data_dir: Path, workers: int, metrics: bool = False
         ],
         stdin=subprocess.DEVNULL,
     )
-    t0 = time.monotonic()
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() - t0 > 120:
-            raise RuntimeError("server did not start")
-        time.sleep(0.05)
-    return proc, json.loads(ready.read_text())["port"]
+    return proc, _wait_ready(proc, ready, "server", 120)
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -36,6 +36,16 @@ def local(metric, base):
     return p
 
 
+def filled(address, metric, base, **params):
+    """A pyramid collection "docs" on the cluster at ``address``, trained on and holding
+    ``base``."""
+    col = ss.connect(address, timeout=60).create_collection("docs", DIM, metric, "pyramid",
+                                                            **{**PARAMS, **params})
+    col.train(base)
+    col.add(base)
+    return col
+
+
 def wait_until(cond, timeout=30.0):
     t0 = time.monotonic()
     while not cond():
@@ -111,10 +121,7 @@ def test_deadline_gives_partial_results_and_status(cluster_factory, data):
 
     base, queries = data
     cl = cluster_factory(2, 1, "--no-restart")
-    col = ss.connect(cl.coordinator, timeout=60).create_collection(
-        "docs", DIM, "cosine", "pyramid", **PARAMS)
-    col.train(base)
-    col.add(base)
+    filled(cl.coordinator, "cosine", base)
     st = subprocess.run([sys.executable, "-m", "simsearch.pyramid.cli", "status",
                          "--data-dir", str(cl.dir)], capture_output=True, text=True)
     assert st.returncode == 0 and "epoch" in st.stdout and "docs.p0" in st.stdout, st
@@ -136,10 +143,7 @@ def test_shard_that_lost_its_directory_is_rebuilt_from_a_replica(cluster_factory
 
     base, queries = data
     cl = cluster_factory(3, 2, "--restart-delay", "3")
-    col = ss.connect(cl.coordinator, timeout=60).create_collection(
-        "docs", DIM, "l2", "pyramid", **PARAMS)
-    col.train(base)
-    col.add(base)
+    col = filled(cl.coordinator, "l2", base)
     want = col.search(queries, K, branching=24).ids
     old = cl.pid("shard-0")
     cl.signal_shard(0, signal.SIGKILL)
@@ -243,10 +247,7 @@ def test_cluster_add_shard_drain_and_status_json(cluster_factory, data):
 
     base, queries = data
     cl = cluster_factory(2, 2, "--coordinators", "2")
-    col = ss.connect(cl.coordinators, timeout=60).create_collection(
-        "docs", DIM, "l2", "pyramid", **{**PARAMS, "n_partitions": 4})
-    col.train(base)
-    col.add(base)
+    col = filled(cl.coordinators, "l2", base, n_partitions=4)
     want = col.search(queries, K, branching=24).ids
 
     def cli(*args):
@@ -282,10 +283,7 @@ def test_a_shard_that_stays_gone_has_its_replicas_remade(cluster_factory, data):
     unregistered, its replicas are copied from in-sync peers to the other shards."""
     base, queries = data
     cl = cluster_factory(4, 2, "--no-restart", "--replace-after", "2", "--lease-ttl", "2")
-    col = ss.connect(cl.coordinator, timeout=60).create_collection(
-        "docs", DIM, "l2", "pyramid", **PARAMS)
-    col.train(base)
-    col.add(base)
+    col = filled(cl.coordinator, "l2", base)
     want = col.search(queries, K, branching=24).ids
     lost = next(p for p in cl.status()["processes"] if p.get("id") == 0)["parts"]
     assert lost
@@ -310,10 +308,7 @@ def test_coordinator_metrics_move_with_searches(cluster_factory, data):
 
     base, queries = data
     cl = cluster_factory(3, 2, "--metrics")
-    col = ss.connect(cl.coordinator, timeout=60).create_collection(
-        "docs", DIM, "l2", "pyramid", **PARAMS)
-    col.train(base)
-    col.add(base)
+    col = filled(cl.coordinator, "l2", base)
     info = next(i for i in cl.up["processes"].values() if i["address"] == cl.coordinator)
 
     def scrape() -> dict[str, float]:
