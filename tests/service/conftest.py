@@ -98,6 +98,9 @@ class ServerProcess:
         return self.proc.returncode
 
     def restart(self) -> None:
+        """Start again on the same data directory (stopping the running process first)."""
+        if self.proc and self.proc.poll() is None:
+            self.stop()
         self.start()
 
 
