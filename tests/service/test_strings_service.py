@@ -9,7 +9,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from simsearch.errors import InvalidParameterError, NotTrainedError  # noqa: E402
+from simsearch.errors import (  # noqa: E402
+    InvalidParameterError,
+    InvalidVectorError,
+    NotTrainedError,
+)
 from simsearch.strings import CNNEDEncoder, StringIndex  # noqa: E402
 
 ACGT = "acgt"
@@ -60,7 +64,14 @@ def test_string_collection_with_a_given_encoder_survives_kill_9(server_factory, 
     srv = server_factory()
     c = srv.client(timeout=120)
     col = c.create_collection("words", 0, "edit", "strings", index="hnsw", M=8)
+    with pytest.raises(InvalidParameterError, match="CNNEDEncoder.save"):
+        col.train(encoder=b"not an encoder")
     col.train(encoder=enc)  # a trained encoder given: no fitting on the server
+    # a character outside the encoder's alphabet: the server's UnknownCharacterError arrives as
+    # its nearest core ancestor, typed, and nothing is added
+    with pytest.raises(InvalidVectorError, match="alphabet"):
+        col.add(["acgx"])
+    assert len(col) == 0
     acked = {}
     for start in range(0, 400, 50):  # acknowledged batches, an upsert and a remove among them
         ids = np.arange(start, start + 50)

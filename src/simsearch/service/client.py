@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import DuplicateIdError, InvalidParameterError
 from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
-from .errors import ERROR_TYPE_KEY, ServiceError, error_class
+from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
 
 #: bytes kept free in every request for everything but the payload
 _REQUEST_OVERHEAD = 4096
@@ -139,11 +139,8 @@ def error_from(err) -> Exception:
     """The typed simsearch error for a failed gRPC call (``ServiceError`` types carry ``.code``,
     the gRPC status name)."""
     code = err.code().name if err.code() is not None else "UNKNOWN"
-    type_name = None
-    for key, value in err.trailing_metadata() or ():
-        if key == ERROR_TYPE_KEY:
-            type_name = value
-    cls = error_class(type_name, code)
+    meta = dict(err.trailing_metadata() or ())
+    cls = error_class(meta.get(ERROR_TYPE_KEY), code, meta.get(ERROR_BASES_KEY, ""))
     message = err.details() or code
     return cls(message, code) if issubclass(cls, ServiceError) else cls(message)
 

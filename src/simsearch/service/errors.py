@@ -12,6 +12,10 @@ from ..errors import CorruptIndexError, SimsearchError
 
 #: trailing-metadata key carrying the name of the error class the server raised
 ERROR_TYPE_KEY = "simsearch-error-type"
+#: and the names of its simsearch ancestors, nearest first, comma-separated: a client that does
+#: not know the class itself (one defined outside the core, e.g. in simsearch.strings) raises the
+#: nearest one it knows
+ERROR_BASES_KEY = "simsearch-error-bases"
 
 
 class ServiceError(SimsearchError, RuntimeError):
@@ -136,11 +140,18 @@ _BY_CODE: dict[str, type[ServiceError]] = {
 }
 
 
-def error_class(type_name: str | None, code: str) -> type[Exception]:
+def error_class(type_name: str | None, code: str, bases: str = "") -> type[Exception]:
     """The class the client raises for a server error: the server's own class when it is one of
-    simsearch's, otherwise one chosen by status code."""
-    if type_name:
-        cls = getattr(core, type_name, None) or globals().get(type_name)
-        if isinstance(cls, type) and issubclass(cls, SimsearchError):
+    simsearch's core or service errors, else its nearest such ancestor (``bases``), otherwise one
+    chosen by status code."""
+    for name in [type_name or "", *bases.split(",")]:
+        cls = (getattr(core, name, None) or globals().get(name)) if name else None
+        if isinstance(cls, type) and issubclass(cls, SimsearchError) and cls is not SimsearchError:
             return cls
     return _BY_CODE.get(code, ServiceError)
+
+
+def error_bases(exc: BaseException) -> str:
+    """The names of ``exc``'s simsearch ancestors, nearest first (for ERROR_BASES_KEY)."""
+    return ",".join(c.__name__ for c in type(exc).__mro__[1:]
+                    if issubclass(c, SimsearchError) and c is not SimsearchError)

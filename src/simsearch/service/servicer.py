@@ -20,7 +20,14 @@ from .. import __version__
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import MAX_K, index_kinds
 from . import convert
-from .errors import ERROR_TYPE_KEY, ResourceExhaustedError, ServiceUnavailableError, code_for
+from .errors import (
+    ERROR_BASES_KEY,
+    ERROR_TYPE_KEY,
+    ResourceExhaustedError,
+    ServiceUnavailableError,
+    code_for,
+    error_bases,
+)
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
 from .store import Collection, Store
@@ -43,7 +50,8 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
     else:
         message, type_name = str(exc)[:_MAX_MESSAGE_CHARS], type(exc).__name__
     if type_name:
-        context.set_trailing_metadata(((ERROR_TYPE_KEY, type_name),))
+        context.set_trailing_metadata(((ERROR_TYPE_KEY, type_name),
+                                       (ERROR_BASES_KEY, error_bases(exc))))
     context.abort(getattr(grpc.StatusCode, code), message)
 
 

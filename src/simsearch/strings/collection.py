@@ -16,7 +16,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import InvalidParameterError, NotTrainedError, RetrainNonEmptyError
+from ..errors import (
+    CorruptIndexError,
+    InvalidParameterError,
+    NotTrainedError,
+    RetrainNonEmptyError,
+)
 from ..index import SearchResult, as_id_array, create_index, read_index_file, write_index_file
 from ._alphabet import check_strings
 from .string_index import PAD_DISTANCE, StringIndex
@@ -89,7 +94,12 @@ class StringCollectionIndex:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "encoder"
                 path.write_bytes(encoder_file)
-                enc = CNNEDEncoder.load(path)
+                try:
+                    enc = CNNEDEncoder.load(path)
+                except CorruptIndexError:  # the caller's bytes, not a damaged store
+                    raise InvalidParameterError(
+                        f"encoder must be the file CNNEDEncoder.save writes; got "
+                        f"{len(encoder_file)} bytes that are not one") from None
         else:
             texts = check_strings(texts, "training strings")
             enc = CNNEDEncoder(**self.encoder_params).fit(texts, progress=False, **fit_params)
