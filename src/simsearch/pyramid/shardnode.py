@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 
+from ..index import atomic_write
 from .control.etcd import Compare, Etcd
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,7 @@ def shard_id(etcd: Etcd, data_dir: Path, reuse: int | None = None) -> int:
         if etcd.cas([Compare.mod("next_shard_id", rev)], {"next_shard_id": str(n + 1)}):
             sid = n
     data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(str(sid))
-    with open(tmp) as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(str(sid).encode()))
     return sid
 
 
