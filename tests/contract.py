@@ -41,6 +41,9 @@ CASES = [
     ),
     Case("norm-scan", lambda d, m, x: ss.NormScanIndex(d, m), metrics=("ip",), exact=True,
          min_recall=1.0),
+    # every list visited by default: exact
+    Case("norm-ivf", lambda d, m, x: (i := ss.NormIVFIndex(d, m, n_lists=16)).train(x) or i,
+         metrics=("ip",), exact=True, min_recall=1.0),
     # observed recall@10 on the fixture: 1.0 for all three metrics at ef=64
     Case(
         "hnsw",

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import simsearch as ss
+from simsearch import errors
 from simsearch.datasets import synthetic_longtail
+from simsearch.eval import recall_at_k
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +60,89 @@ def test_writes_keep_the_order(longtail, tmp_path):
     ns.save(tmp_path / "ns.idx")
     back = ss.load(tmp_path / "ns.idx")
     np.testing.assert_array_equal(back.search(queries, 10).ids, flat.search(queries, 10).ids)
+
+
+# -- NormIVFIndex: inverted lists of directions, each scanned by decreasing norm ---------------
+
+
+@pytest.fixture(scope="module")
+def norm_ivf(longtail):
+    base, _ = longtail
+    idx = ss.NormIVFIndex(32, n_lists=64, seed=1)
+    idx.train(base)
+    idx.add(base, np.random.default_rng(1).permutation(len(base)) * 7)
+    return idx
+
+
+def test_norm_ivf_visiting_every_list_equals_flat(longtail, norm_ivf):
+    base, queries = longtail
+    flat = ss.FlatIndex(32, "ip")
+    flat.add(base, np.random.default_rng(1).permutation(len(base)) * 7)
+    row_of = np.empty(7 * len(base), np.int64)
+    row_of[np.random.default_rng(1).permutation(len(base)) * 7] = np.arange(len(base))
+    for k in (1, 10, 100):
+        a, b = norm_ivf.search(queries, k), flat.search(queries, k)
+        # exact up to float rounding: the same k-th scores, each id's score its true q·x, no
+        # repeats (two items within an ulp may come in either order: the lists' dot products
+        # add in another order than FlatIndex's matrix product)
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-5)
+        true = np.einsum("qkd,qd->qk", base[row_of[a.ids]], queries)
+        np.testing.assert_allclose(a.scores, true, rtol=1e-5, atol=1e-5)
+        assert all(len(set(r)) == k for r in a.ids)
+        assert (a.ids == b.ids).mean() > 0.99
+    # the stop inside each list skips most items even when every list is visited
+    assert norm_ivf.scored_fraction(queries, 10) < 0.5
+
+
+def test_norm_ivf_recall_grows_with_probes_and_the_stop_reads_little(longtail, norm_ivf):
+    base, queries = longtail
+    flat = ss.FlatIndex(32, "ip")
+    flat.add(base, np.random.default_rng(1).permutation(len(base)) * 7)
+    truth = flat.search(queries, 10).ids
+    recalls = []
+    for n_probe in (1, 2, 4, 8, 64):
+        got = norm_ivf.search(queries, 10, n_probe=n_probe).ids
+        recalls.append(recall_at_k(got, truth, 10))
+    assert recalls == sorted(recalls) and recalls[-1] == 1.0, recalls
+    assert recalls[3] >= 0.9, recalls  # 8 of 64 lists
+    # 8 lists hold about an eighth of the items; the stop reads well under that
+    assert norm_ivf.scored_fraction(queries, 10, n_probe=8) < 1 / 16
+
+
+def test_norm_ivf_writes_and_reload(longtail, tmp_path):
+    base, queries = longtail
+    idx, flat = ss.NormIVFIndex(32, n_lists=32), ss.FlatIndex(32, "ip")
+    idx.train(base[:4000])
+    for i in (idx, flat):
+        i.add(base[:5000])
+        i.remove(np.arange(0, 5000, 3))
+        i.add(base[5000:8000], np.arange(5000, 8000))
+    idx.save(tmp_path / "ivf.idx")
+    back = ss.load(tmp_path / "ivf.idx")
+    assert back.n_lists == 32 and len(back) == len(flat)
+    np.testing.assert_array_equal(back.search(queries, 10).ids, flat.search(queries, 10).ids)
+    np.testing.assert_array_equal(back.search(queries, 10, n_probe=4).ids,
+                                  idx.search(queries, 10, n_probe=4).ids)
+
+
+def test_norm_ivf_bad_input_is_typed_and_changes_nothing(longtail):
+    base, queries = longtail
+    idx = ss.NormIVFIndex(32, n_lists=16)
+    with pytest.raises(errors.NotTrainedError):
+        idx.add(base[:10])
+    with pytest.raises(errors.InvalidParameterError, match="n_lists=16 needs at least"):
+        idx.train(base[:8])
+    assert not idx.is_trained
+    with pytest.raises(errors.InvalidParameterError, match="metric"):
+        ss.NormIVFIndex(32, "l2")
+    with pytest.raises(errors.InvalidParameterError, match="n_lists"):
+        ss.NormIVFIndex(32, n_lists=0)
+    idx.train(base[:1000])
+    idx.add(base[:1000])
+    with pytest.raises(errors.InvalidParameterError, match="n_probe"):
+        idx.search(queries, 10, n_probe=0)
+    assert len(idx) == 1000
+    # default n_lists: the square root of the training rows
+    auto = ss.NormIVFIndex(32)
+    auto.train(base[:2500])
+    assert auto.n_lists == 50

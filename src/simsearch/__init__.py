@@ -5,7 +5,7 @@ from .auto import AutoIndex, auto_index
 from .flat import FlatIndex
 from .hnsw import HNSWIndex
 from .index import Index, SearchResult, create_index, index_kinds, load
-from .normscan import NormScanIndex
+from .normscan import NormIVFIndex, NormScanIndex
 from .service.client import connect  # imports grpc only when called
 
 __version__ = "0.1.0"
@@ -16,6 +16,7 @@ __all__ = [
     "FlatIndex",
     "HNSWIndex",
     "Index",
+    "NormIVFIndex",
     "NormScanIndex",
     "SearchResult",
     "connect",

@@ -128,3 +128,57 @@ def heap_finish(heap_s, heap_i, sizes):
             hv[slot], ht[slot] = v, t
         for slot in range(sizes[q], heap_s.shape[1]):
             hv[slot], ht[slot] = -np.inf, -1
+
+
+@njit(cache=True, fastmath=True)
+def _dot(a, b):
+    """a·b in any order of additions (fastmath lets the loop run in SIMD lanes)."""
+    s = np.float32(0.0)
+    for j in range(a.shape[0]):
+        s += a[j] * b[j]
+    return s
+
+
+@njit(cache=True)
+def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k):
+    """Top-k inner products of each query row among the items of its lists ``probes`` (nq, P),
+    visited in that order. Items are stored grouped by list (list l at positions
+    [offsets[l], offsets[l + 1])), by decreasing norm within a list, so a list is left as soon
+    as |q| (``qn``) times the next item's norm is below the k-th best: Cauchy–Schwarz says no
+    item after it can do better. Ties go to the smaller id. Returns (ids int64 (nq, k), scores
+    float32 (nq, k), best first, -1 / -inf padded; items scored per query int64 (nq,))."""
+    nq = q.shape[0]
+    heap_s = np.full((nq, k), -np.inf, np.float32)
+    heap_i = np.full((nq, k), -1, np.int64)
+    sizes = np.zeros(nq, np.int64)
+    scored = np.zeros(nq, np.int64)
+    for r in range(nq):
+        hv, ht, qr = heap_s[r], heap_i[r], q[r]
+        # a hair above |q|: the computed q·x of an item parallel to q may round above |q||x|
+        bound = qn[r] * np.float32(1.0 + 2.0**-16)
+        size, n_read = 0, 0
+        for p in range(probes.shape[1]):
+            lst = probes[r, p]
+            for i in range(offsets[lst], offsets[lst + 1]):
+                if size == k and bound * norms[i] < hv[0]:
+                    break
+                v = _dot(qr, x[i])
+                n_read += 1
+                t = ids[i]
+                if size < k:
+                    pos = size  # sift the new item up
+                    size += 1
+                    while pos > 0:
+                        parent = (pos - 1) // 2
+                        if not _worse(v, t, hv[parent], ht[parent]):
+                            break
+                        hv[pos], ht[pos] = hv[parent], ht[parent]
+                        pos = parent
+                    hv[pos], ht[pos] = v, t
+                elif v > hv[0] or (v == hv[0] and t < ht[0]):
+                    hv[0], ht[0] = v, t
+                    _sift2(hv, ht, 0, k)
+        sizes[r] = size
+        scored[r] = n_read
+    heap_finish(heap_s, heap_i, sizes)
+    return heap_i, heap_s, scored

@@ -12,8 +12,8 @@ the method grows (a scan with the item count, inverted lists with its square roo
 logarithm). A sample's estimate can mislead, so every candidate estimated within 4x of the
 cheapest (up to three) is built on all the data, its knob tuned again there against the exact
 answers of the held-out queries, and timed; the measured cost decides. Candidates: flat,
-norm-scan, HNSW, ip-NSW+, NR-LSH, NEQ (docs/benchmarks.md, "auto_index against the hand-tuned
-peers").
+norm-scan, norm-ivf, HNSW, ip-NSW+, NR-LSH, NEQ (docs/benchmarks.md, "auto_index against the
+hand-tuned peers").
 """
 
 from __future__ import annotations
@@ -63,22 +63,29 @@ def _neq_build(dim: int, n: int) -> dict:
             "n_lists": max(1, int(math.sqrt(n))), "keep_vectors": True, "progress": False}
 
 
+def _norm_ivf_build(dim: int, n: int) -> dict:
+    """sqrt(n) lists of directions, each scanned by decreasing norm (docs/benchmarks.md)."""
+    return {"n_lists": max(1, int(math.sqrt(n)))}
+
+
 _FINALISTS = 3  # at most this many candidates are built and tuned on all the data ...
 _FINALIST_SPREAD = 4.0  # ... those estimated within this factor of the cheapest
 _EFS = (10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+_PROBES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 CANDIDATES = {
     "flat": Candidate("flat", {}, None, (), "linear"),
     "norm-scan": Candidate("norm-scan", {}, "max_items", _FRACTIONS + (0.6, 0.8, 1.0), "linear",
                            ("ip",), 4),
+    "norm-ivf": Candidate("norm-ivf", _norm_ivf_build, "n_probe", _PROBES, "sqrt", ("ip",), 20),
     "hnsw": Candidate("hnsw", {"M": 16, "ef_construction": 200}, "ef", _EFS, "log",
                       bytes_per_item=300),
     "ipnsw-plus": Candidate("ipnsw-plus", {"M": 16, "progress": False}, "ef", _EFS, "log",
                             ("ip",), bytes_per_item=600),
     "nr-lsh": Candidate("nr-lsh", {"n_bits": 16, "n_ranges": 32}, "n_probe_items", _FRACTIONS,
                         "linear", ("ip",), bytes_per_item=16),
-    "neq": Candidate("neq", _neq_build, "n_probe", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-                     "sqrt", ("ip",), bytes_per_item=24, fixed={"rerank": 100}),
+    "neq": Candidate("neq", _neq_build, "n_probe", _PROBES, "sqrt", ("ip",), bytes_per_item=24,
+                     fixed={"rerank": 100}),
 }
 
 

@@ -1,58 +1,113 @@
 """Numba kernels for the NEQ scan: score every item by norm codeword x sum of lookup-table
-entries and keep the top k in a bounded min-heap."""
+entries and keep the top k (a threshold buffer cut back to k when full)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
+_CHUNK = 64  # items scored before their scores are filtered
 
-@njit(cache=True, inline="always")
-def _sift_down(hs, hi, k):
-    """Restore the min-heap (hs float32 (k,), hi int64 (k,)) after its root was replaced."""
-    pos = 0
-    s, i = hs[0], hi[0]
-    while True:
-        c = 2 * pos + 1
-        if c >= k:
-            break
-        # among children pick the worse one: smaller score, or larger position on a tie
-        if c + 1 < k and (hs[c + 1] < hs[c] or (hs[c + 1] == hs[c] and hi[c + 1] > hi[c])):
-            c += 1
-        if hs[c] < s or (hs[c] == s and hi[c] > i):
-            hs[pos], hi[pos] = hs[c], hi[c]
-            pos = c
+
+@njit(cache=True)
+def _kth_largest(a, k, tmp):
+    """The k-th largest of a (quickselect on the scratch tmp, as long as a)."""
+    n = a.shape[0]
+    tmp[:n] = a
+    lo, hi, kk = 0, n - 1, k - 1
+    while lo < hi:
+        p = tmp[(lo + hi) // 2]
+        i, j = lo, hi
+        while i <= j:
+            while tmp[i] > p:
+                i += 1
+            while tmp[j] < p:
+                j -= 1
+            if i <= j:
+                tmp[i], tmp[j] = tmp[j], tmp[i]
+                i += 1
+                j -= 1
+        if kk <= j:
+            hi = j
+        elif kk >= i:
+            lo = i
         else:
             break
-    hs[pos], hi[pos] = s, i
+    return tmp[kk]
+
+
+@njit(cache=True)
+def _keep_best(bs, bi, cnt, k, tmp):
+    """Keep the k best of the buffer bs[:cnt] / bi[:cnt] in place, in buffer order; ties at the
+    cut go to the earlier entry. Returns (new count, the k-th best score)."""
+    t = _kth_largest(bs[:cnt], k, tmp)
+    above = 0
+    for j in range(cnt):
+        if bs[j] > t:
+            above += 1
+    room = k - above  # how many entries scoring exactly t stay
+    w = 0
+    for j in range(cnt):
+        if bs[j] > t or (bs[j] == t and room > 0):
+            if bs[j] == t:
+                room -= 1
+            bs[w], bi[w] = bs[j], bi[j]
+            w += 1
+    return w, t
 
 
 @njit(cache=True, inline="always")
-def _scan_range(lut, codes, norm_codes, norm_codebook, k, start, end, hs, hi):
-    """Offer the items at positions [start, end) to the min-heap (hs, hi) of size k."""
+def _scan_range(lut, codes, norm_codes, norm_codebook, k, start, end, bs, bi, tmp, cnt, thr):
+    """Offer the items at positions [start, end) to the top-k buffer (bs, bi) holding cnt
+    entries (tmp: scratch as long); only scores above thr (the k-th best so far) enter.
+    Returns (cnt, thr).
+
+    A buffer several times k, cut back to k when full, replaces a k-heap: after the first few
+    hundred items few scores pass the threshold, and a heap's sift per passing item was most of
+    the scan's time at k = 100 (docs/bench-quant.md)."""
     M = codes.shape[1]
-    for i in range(start, end):
-        acc = np.float32(0.0)
-        for m in range(M):
-            acc += lut[m, codes[i, m]]
-        s = norm_codebook[norm_codes[i]] * acc
-        # strictly better than the worst kept: earlier positions win ties
-        if s > hs[0]:
-            hs[0] = s
-            hi[0] = i
-            _sift_down(hs, hi, k)
+    cap = bs.shape[0]
+    sc = np.empty(_CHUNK, np.float32)
+    for c0 in range(start, end, _CHUNK):
+        c1 = min(c0 + _CHUNK, end)
+        # score a chunk in a tight loop, then filter: the filter's branches kept out of the
+        # lookup loop let it run at the speed of its loads
+        for j in range(c1 - c0):
+            acc = np.float32(0.0)
+            for m in range(M):
+                acc += lut[m, codes[c0 + j, m]]
+            sc[j] = norm_codebook[norm_codes[c0 + j]] * acc
+        for j in range(c1 - c0):
+            s = sc[j]
+            # strictly above: positions arrive in increasing order, so an equal score loses
+            if s > thr:
+                if cnt == cap:
+                    cnt, thr = _keep_best(bs, bi, cnt, k, tmp)
+                    if not s > thr:
+                        continue
+                bs[cnt], bi[cnt] = s, c0 + j
+                cnt += 1
+    return cnt, thr
 
 
 @njit(cache=True, inline="always")
-def _heap_sorted(hs, hi, k, out_s, out_i):
-    """Heap sort (repeatedly move the worst to the back) into out_s / out_i, best first."""
-    for end in range(k - 1, 0, -1):
-        s, i = hs[0], hi[0]
-        hs[0], hi[0] = hs[end], hi[end]
-        hs[end], hi[end] = s, i
-        _sift_down(hs, hi, end)
-    out_s[:] = hs
-    out_i[:] = hi
+def _finish(bs, bi, tmp, cnt, k, out_s, out_i):
+    """The buffer's k best into out_s / out_i, best first, ties by position; -inf / -1 pad."""
+    if cnt > k:
+        cnt, _ = _keep_best(bs, bi, cnt, k, tmp)
+    # stable: among equal scores the buffer is in position order
+    order = np.argsort(-bs[:cnt], kind="mergesort")
+    for j in range(k):
+        if j < cnt:
+            out_s[j], out_i[j] = bs[order[j]], bi[order[j]]
+        else:
+            out_s[j], out_i[j] = -np.inf, -1
+
+
+@njit(cache=True, inline="always")
+def _buffer(k):
+    cap = max(4 * k, 256)
+    return np.empty(cap, np.float32), np.empty(cap, np.int64), np.empty(cap, np.float32)
 
 
 @njit(cache=True)
@@ -60,21 +115,22 @@ def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i):
     """Top-k items for one query. lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,);
     norm_codebook float32 (K,). Writes out_s float32 (k,) best first and out_i int64 (k,) item
     positions (-1 and -inf where n < k). Ties go to the smaller position."""
-    hs = np.full(k, -np.inf, np.float32)
-    hi = np.full(k, -1, np.int64)
-    _scan_range(lut, codes, norm_codes, norm_codebook, k, 0, codes.shape[0], hs, hi)
-    _heap_sorted(hs, hi, k, out_s, out_i)
+    bs, bi, tmp = _buffer(k)
+    cnt, _ = _scan_range(lut, codes, norm_codes, norm_codebook, k, 0, codes.shape[0], bs, bi,
+                         tmp, 0, np.float32(-np.inf))
+    _finish(bs, bi, tmp, cnt, k, out_s, out_i)
 
 
 @njit(cache=True)
 def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i):
     """As :func:`scan_one` over the items at positions [starts[r], ends[r]) only (int64 (R,)).
     Ties go to the smaller position when the ranges are visited in increasing order."""
-    hs = np.full(k, -np.inf, np.float32)
-    hi = np.full(k, -1, np.int64)
+    bs, bi, tmp = _buffer(k)
+    cnt, thr = 0, np.float32(-np.inf)
     for r in range(starts.shape[0]):
-        _scan_range(lut, codes, norm_codes, norm_codebook, k, starts[r], ends[r], hs, hi)
-    _heap_sorted(hs, hi, k, out_s, out_i)
+        cnt, thr = _scan_range(lut, codes, norm_codes, norm_codebook, k, starts[r], ends[r],
+                               bs, bi, tmp, cnt, thr)
+    _finish(bs, bi, tmp, cnt, k, out_s, out_i)
 
 
 @njit(cache=True)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from .._lists import assign, rank, train_centroids
 from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, check_result_size, register
@@ -322,25 +323,15 @@ class NEQIndex(Index):
     # -- the coarse partition (n_lists > 0) -----------------------------------------------------
 
     def _train_lists(self, x: np.ndarray) -> None:
-        if x.shape[0] < self.n_lists:
-            raise InvalidParameterError(
-                f"n_lists={self.n_lists} needs at least that many training vectors; "
-                f"got {x.shape[0]}"
-            )
-        u = x / np.maximum(np.linalg.norm(x, axis=1), _TINY)[:, None]
-        km = faiss.Kmeans(self.dim, self.n_lists, niter=20, spherical=True, seed=self.seed)
-        km.train(np.ascontiguousarray(u, np.float32))
-        self._centroids = np.ascontiguousarray(km.centroids, np.float32)
+        self._centroids = train_centroids(x, self.n_lists, self.seed)
         self._list_norm = np.zeros(self.n_lists, np.float32)
-        log.info("NEQ-%s: %d coarse lists on %d directions", self.base, self.n_lists, len(u))
+        log.info("NEQ-%s: %d coarse lists on %d directions", self.base, self.n_lists, len(x))
 
     def assign_lists(self, x: np.ndarray) -> np.ndarray:
         """The list of each row: the centroid with the largest inner product (int64 (n,))."""
         if not self.n_lists:
             return np.zeros(x.shape[0], np.int64)
-        flat = faiss.IndexFlatIP(self.dim)
-        flat.add(self._centroids)
-        return flat.search(np.ascontiguousarray(x, np.float32), 1)[1][:, 0].astype(np.int64)
+        return assign(x, self._centroids)
 
     def _grouped(self, codes, norm_codes, ids, x, lists) -> _Items:
         """Items stored grouped by list (stable, so insertion order within a list)."""
@@ -384,13 +375,10 @@ class NEQIndex(Index):
                 ranking: str = "norm") -> np.ndarray | None:
         """The n_probe lists to scan per query (int64 (nq, n_probe)), or None to scan all.
 
-        ``ranking="norm"`` (default) orders lists by R·(q·c): the list's largest norm R times the
-        query's inner product with its centroid c, an estimate of the best q·x in the list that,
-        as NR-LSH's ranking across norm ranges does, lets a list of large vectors a little off the
-        query's direction outrank a list of small ones right on it. ``"centroid"`` is q·c alone.
-        (A strict cone bound, |q| R cos(max(0, angle(q, c) - widest item angle)), was measured
-        too: spherical k-means lists are 60-70 degrees wide, so it ranks by R alone and lost to
-        both; docs/bench-quant.md.)"""
+        ``ranking="norm"`` (default) orders lists by their largest norm times q·c, ``"centroid"``
+        by q·c alone (simsearch._lists.rank). (A strict cone bound, |q| R cos(max(0, angle(q, c)
+        - widest item angle)), was measured too: spherical k-means lists are 60-70 degrees
+        wide, so it ranks by R alone and lost to both; docs/bench-quant.md.)"""
         if n_probe is None:
             return None
         n_probe = check_int("n_probe", n_probe, 1)
@@ -403,10 +391,7 @@ class NEQIndex(Index):
             )
         if n_probe >= self.n_lists:
             return None
-        s = q @ self._centroids.T
-        if ranking == "norm":
-            s = s * self._list_norm[None, :]
-        return np.argpartition(-s, n_probe - 1, axis=1)[:, :n_probe].astype(np.int64)
+        return rank(q, self._centroids, self._list_norm, n_probe, ranking)
 
     def _search(
         self, q: np.ndarray, k: int, rerank: int = 0, n_threads: int = 1,
