@@ -10,8 +10,9 @@ built on a sample, its search knob is tuned to the target on sample queries (the
 items held out), its cost per query is measured, and the cost is scaled to the full size by how
 the method grows (a scan with the item count, inverted lists with its square root, a graph with its
 logarithm). A sample's estimate can mislead, so every candidate estimated within 4x of the
-cheapest (up to three) is built on all the data, its knob tuned again there against the exact
-answers of the held-out queries, and timed; the measured cost decides. Candidates: flat,
+cheapest (up to three), and the best of each kind of method (a scan, inverted lists, a graph)
+within 16x, is built on all the data, its knob tuned again there against the exact answers of the
+held-out queries, and timed; the measured cost decides. Candidates: flat,
 norm-scan, norm-ivf, HNSW, ip-NSW+, NR-LSH, NEQ (docs/benchmarks.md, "auto_index against the
 hand-tuned peers").
 """
@@ -70,6 +71,7 @@ def _norm_ivf_build(dim: int, n: int) -> dict:
 
 _FINALISTS = 3  # at most this many candidates are built and tuned on all the data ...
 _FINALIST_SPREAD = 4.0  # ... those estimated within this factor of the cheapest
+_FAMILY_SPREAD = 16.0  # and the best of each kind of method within this factor
 _EFS = (10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 _PROBES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
@@ -261,8 +263,17 @@ class AutoIndex(Index):
         # a sample's estimate can mislead (a graph's ef may need to grow 10x from 20k to 200k
         # items): when the candidates were built on a sample, the cheapest few are built on all
         # the data, tuned there and timed, and the measured cost decides
-        finalists = [r for r in ok if r[4] <= _FINALIST_SPREAD * ok[0][4]][
-            : 1 if len(xs) >= n else _FINALISTS]
+        finalists = [r for r in ok if r[4] <= _FINALIST_SPREAD * ok[0][4]][:_FINALISTS]
+        # a sample misleads most across kinds of method (on 20k of synthetic-longtail's 200k,
+        # inverted lists needed 16x the probes they need at full size, a graph a tenth of the
+        # ef): the best of each kind (a scan, lists, a graph) within a wider spread is built too
+        for growth in ("linear", "sqrt", "log"):
+            same = [r for r in ok if CANDIDATES[r[0]].growth == growth]
+            if same and same[0] not in finalists and same[0][4] <= _FAMILY_SPREAD * ok[0][4]:
+                finalists.append(same[0])
+        finalists.sort(key=lambda r: r[4])
+        if len(xs) >= n:
+            finalists = finalists[:1]
         best = None
         for r in finalists:
             _progress(f"building {r[0]} on all {n} items", p["progress"])

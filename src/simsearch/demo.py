@@ -38,7 +38,7 @@ def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
     from .graph import IPNSWPlus
     from .hnsw import HNSWIndex
     from .lsh import NormRangingLSH
-    from .normscan import NormScanIndex
+    from .normscan import NormIVFIndex, NormScanIndex
     from .quant import NEQIndex
 
     def simple(idx_factory, knob):
@@ -102,6 +102,8 @@ def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
         ("norm-scan (budget)", simple(lambda: NormScanIndex(d), "max_items"), "max_items",
          [max(K, int(f * n)) for f in fr]),
         ("norm-scan (exact)", simple(lambda: NormScanIndex(d), None), "-", [None]),
+        ("norm-ivf (lists)", simple(lambda: NormIVFIndex(d, n_lists=max(1, int(np.sqrt(n)))),
+                                    "n_probe"), "n_probe", [1, 2, 4, 8, 16, 32, 64, 128]),
     ]
 
 
