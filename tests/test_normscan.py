@@ -50,13 +50,20 @@ def test_long_tail_stops_early_and_budget_bounds_the_scan(longtail):
     assert approx.ids.shape == (200, 10) and (approx.ids >= 0).all()
 
 
+def _write_both(idx, base):
+    """The same adds and removes on idx and on a FlatIndex; returns the FlatIndex."""
+    flat = ss.FlatIndex(32, "ip")
+    for i in (idx, flat):
+        i.add(base[:5000])
+        i.remove(np.arange(0, 5000, 3))
+        i.add(base[5000:8000], np.arange(5000, 8000))
+    return flat
+
+
 def test_writes_keep_the_order(longtail, tmp_path):
     base, queries = longtail
-    ns, flat = ss.NormScanIndex(32), ss.FlatIndex(32, "ip")
-    for idx in (ns, flat):
-        idx.add(base[:5000])
-        idx.remove(np.arange(0, 5000, 3))
-        idx.add(base[5000:8000], np.arange(5000, 8000))
+    ns = ss.NormScanIndex(32)
+    flat = _write_both(ns, base)
     ns.save(tmp_path / "ns.idx")
     back = ss.load(tmp_path / "ns.idx")
     np.testing.assert_array_equal(back.search(queries, 10).ids, flat.search(queries, 10).ids)
@@ -111,12 +118,9 @@ def test_norm_ivf_recall_grows_with_probes_and_the_stop_reads_little(longtail, n
 
 def test_norm_ivf_writes_and_reload(longtail, tmp_path):
     base, queries = longtail
-    idx, flat = ss.NormIVFIndex(32, n_lists=32), ss.FlatIndex(32, "ip")
+    idx = ss.NormIVFIndex(32, n_lists=32)
     idx.train(base[:4000])
-    for i in (idx, flat):
-        i.add(base[:5000])
-        i.remove(np.arange(0, 5000, 3))
-        i.add(base[5000:8000], np.arange(5000, 8000))
+    flat = _write_both(idx, base)
     idx.save(tmp_path / "ivf.idx")
     back = ss.load(tmp_path / "ivf.idx")
     assert back.n_lists == 32 and len(back) == len(flat)
