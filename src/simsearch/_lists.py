@@ -36,12 +36,17 @@ def assign(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return flat.search(np.ascontiguousarray(x, np.float32), 1)[1][:, 0].astype(np.int64)
 
 
+def check_ranking(ranking: str) -> None:
+    """A list ranking is "norm" (the list's largest norm times q·c) or "centroid" (q·c alone)."""
+    if ranking not in ("norm", "centroid"):
+        raise InvalidParameterError(f"list_ranking must be 'norm' or 'centroid'; got {ranking!r}")
+
+
 def rank(q: np.ndarray, centroids: np.ndarray, list_norm: np.ndarray, n_probe: int,
          ranking: str = "norm", best_first: bool = False) -> np.ndarray:
     """The n_probe lists to visit per query: int64 (nq, n_probe), in no particular order unless
     ``best_first``. ``ranking="centroid"`` ranks by q·c alone."""
-    if ranking not in ("norm", "centroid"):
-        raise InvalidParameterError(f"list_ranking must be 'norm' or 'centroid'; got {ranking!r}")
+    check_ranking(ranking)
     s = q @ centroids.T
     if ranking == "norm":
         s = s * list_norm[None, :]

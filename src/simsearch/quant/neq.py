@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from .._lists import assign, rank, train_centroids
+from .._lists import assign, check_ranking, rank, train_centroids
 from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, check_result_size, register
@@ -382,9 +382,7 @@ class NEQIndex(Index):
         if n_probe is None:
             return None
         n_probe = check_int("n_probe", n_probe, 1)
-        if ranking not in ("norm", "centroid"):
-            raise InvalidParameterError(
-                f"list_ranking must be 'norm' or 'centroid'; got {ranking!r}")
+        check_ranking(ranking)  # here too: probing every list never reaches rank()
         if not self.n_lists:
             raise InvalidParameterError(
                 f"n_probe={n_probe} needs a coarse partition; build with n_lists > 0"
