@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simsearch.eval import markdown_table, pareto_frontier, recall_at_k
+from simsearch.eval import markdown_table, pareto_frontier, recall_at_k, timed
 
 
 def test_recall_counts_ties_by_score():
@@ -54,3 +54,12 @@ def test_value_at_recall_is_log_linear_and_bounded():
     assert value_at_recall(pts, 0.99) is None
     assert value_at_recall(pts, 0.5) == 1000.0
     assert value_at_recall(pts, 0.5, below="none") is None
+
+
+def test_timed_returns_the_output_and_the_best_time():
+    calls = []
+    out, seconds = timed(lambda: calls.append(1) or len(calls), repeats=3)
+    assert out == 3 and len(calls) == 3 and seconds >= 0
+    calls.clear()
+    out, _ = timed(lambda: calls.append(1) or len(calls), repeats=3, once_above=-1.0)
+    assert out == 1 and len(calls) == 1  # a run slower than once_above is not repeated

@@ -23,14 +23,13 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from simsearch import datasets
 from simsearch.eval import (
     markdown_table,
     plot_recall_qps,
     recall_at_k,
     thread_limit,
+    timed,
     value_at_recall,
 )
 
@@ -43,17 +42,11 @@ TS = [30, 100, 300, 1000, 2000, 3000, 5000, 10_000, 20_000, 30_000, 50_000, 100_
 EFS = [10, 20, 40, 80, 160, 320, 640, 1280, 2560]
 
 
-def timed(fn, q, repeats=2, once_above=2.0):
+def timed_qps(fn, q, repeats=2, once_above=2.0):
     """(output, queries/s of the best of ``repeats`` calls; one call when it took longer than
     ``once_above`` seconds)."""
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn(q)
-        best = min(best, time.perf_counter() - t)
-        if best > once_above:
-            break
-    return out, len(q) / best
+    out, seconds = timed(lambda: fn(q), repeats, once_above=once_above)
+    return out, len(q) / seconds
 
 
 def at_recall(points, target=0.9):
@@ -164,7 +157,7 @@ def main(argv=None):
             ex = FaissFlat("ip")
             ex.fit(base)
             sweep("exact", "exact (faiss flat)", None, [None],
-                  lambda _: (*timed(lambda x: ex.query(x, 20), q), float(n)))  # fmt: skip
+                  lambda _: (*timed_qps(lambda x: ex.query(x, 20), q), float(n)))  # fmt: skip
         if a.hnsw and not store.done("hnswlib"):
             store.start("hnswlib")
             M, efc = (int(v) for v in a.hnsw.split(","))
@@ -174,7 +167,7 @@ def main(argv=None):
                 hn.fit(base)
             log.info("built hnswlib M=%d efc=%d in %.1f s", M, efc, time.perf_counter() - t)
             sweep("hnswlib", f"hnswlib ip (M={M})", None, EFS,
-                  lambda ef: (*timed(lambda x: hn.query(x, 20, ef=ef), q), None))  # fmt: skip
+                  lambda ef: (*timed_qps(lambda x: hn.query(x, 20, ef=ef), q), None))  # fmt: skip
             del hn
         if not store.done("norm-scan"):
             store.start("norm-scan")
@@ -182,7 +175,7 @@ def main(argv=None):
             ns.fit(base)
 
             def run_scan(T):
-                return (*timed(lambda x: ns.query(x, 20, n_items=T), q), float(T))
+                return (*timed_qps(lambda x: ns.query(x, 20, n_items=T), q), float(T))
 
             sweep("norm-scan", "norm-scan floor", None, Ts, run_scan)
         for bits in [int(b) for b in a.bits.split(",")]:
@@ -204,7 +197,7 @@ def main(argv=None):
                 extra = {"ranking": rk} if rk else {}
 
                 def run(T, ad=ad, extra=extra):
-                    ids, qps = timed(lambda x: ad.query(x, 20, n_probe_items=T, **extra), q)
+                    ids, qps = timed_qps(lambda x: ad.query(x, 20, n_probe_items=T, **extra), q)
                     return ids, qps, ad.work()["probed_items"]
 
                 sweep(group, kind if rk is None else f"nr-lsh ({rk})", bits, Ts, run)
@@ -215,7 +208,7 @@ def main(argv=None):
                 fl.fit(base)
 
                 def run_faiss(T, fl=fl):
-                    ids, qps = timed(lambda x: fl.query(x, 20, n_probe_items=T), q)
+                    ids, qps = timed_qps(lambda x: fl.query(x, 20, n_probe_items=T), q)
                     return ids, qps, float(min(T, n))
 
                 sweep(group, "faiss IndexLSH + re-rank", bits,

@@ -107,13 +107,22 @@ def thread_limit(n: int | None) -> Iterator[None]:
 
 def best_time(fn: Callable[[], object], repeats: int = 3, min_seconds: float = 0.0) -> float:
     """Best wall time of fn() over ``repeats`` runs (and at least ``min_seconds`` of running)."""
-    best, spent, r = np.inf, 0.0, 0
+    return timed(fn, repeats, min_seconds)[1]
+
+
+def timed(fn: Callable[[], object], repeats: int = 3, min_seconds: float = 0.0,
+          once_above: float = np.inf) -> tuple[object, float]:
+    """fn()'s last output and its best wall time over ``repeats`` runs (and at least
+    ``min_seconds`` of running); a single run when it took longer than ``once_above`` seconds."""
+    best, spent, r, out = np.inf, 0.0, 0, None
     while r < repeats or spent < min_seconds:
         t = time.perf_counter()
-        fn()
+        out = fn()
         dt = time.perf_counter() - t
         best, spent, r = min(best, dt), spent + dt, r + 1
-    return best
+        if best > once_above:
+            break
+    return out, best
 
 
 def per_query_latencies(fn: Callable[[np.ndarray], object], queries: np.ndarray) -> np.ndarray:
