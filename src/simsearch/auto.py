@@ -326,7 +326,7 @@ class AutoIndex(Index):
             if rec >= target:
                 break
             lo = hi
-        while hi - lo > max(1, hi // 16):  # bisect the integer knob between the grid steps
+        while hi - lo > max(1, hi // 64):  # bisect the integer knob between the grid steps
             mid = (lo + hi) // 2
             r = rec_at(mid)
             if r >= target:
