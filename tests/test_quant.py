@@ -194,6 +194,19 @@ def test_rerank_reaches_exact_recall(data, oracle):
                                rtol=1e-5, atol=1e-5)  # fmt: skip
 
 
+def test_rerank_of_every_item_is_flat_search(data, oracle):
+    """Re-scoring every item exactly is an exhaustive search, on one thread or several."""
+    base, queries = data
+    idx = NEQIndex(DIM, base="pq", n_codebooks=4, nbits=6, n_lists=8, keep_vectors=True,
+                   progress=False)
+    idx.train(base)
+    idx.add(base)
+    for kw in ({}, {"n_threads": 2}, {"n_probe": 8}, {"n_probe": 8, "n_threads": 2}):
+        r = idx.search(queries, 10, rerank=len(base), **kw)
+        np.testing.assert_array_equal(r.ids, oracle.ids)
+        np.testing.assert_allclose(r.scores, oracle.scores, rtol=1e-5, atol=1e-5)
+
+
 def test_threads_batches_and_remove(data):
     base, queries = data
     idx = small("pq")

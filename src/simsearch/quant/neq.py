@@ -415,21 +415,21 @@ class NEQIndex(Index):
         else:
             one, many = K.scan_lists_batch, K.scan_lists_batch_parallel
             args = (*args, it.offsets, probes)
+        args = (*args, not rerank)  # candidates for the re-rank need no order
         if n_threads == 1 or q.shape[0] == 1:
-            pos, S = one(*args)
+            pos, S = self._scan_rerank(one, K.rerank_batch, args, q, k, rerank)
         else:
             with kernel_threads(n_threads):
-                pos, S = many(*args)
-        if rerank:
-            valid = pos >= 0
-            rows = it.x[np.where(valid, pos, 0)]  # (nq, kk, dim)
-            S = np.where(valid, np.einsum("qkd,qd->qk", rows, q), -np.inf).astype(np.float32)
-            order = np.lexsort((np.where(valid, pos, np.iinfo(np.int64).max), -S), axis=1)[:, :k]
-            pos, S = np.take_along_axis(pos, order, 1), np.take_along_axis(S, order, 1)
-        else:
-            pos, S = pos[:, :k], S[:, :k]
+                pos, S = self._scan_rerank(many, K.rerank_batch_parallel, args, q, k, rerank)
         ids = np.where(pos >= 0, it.ids[np.maximum(pos, 0)], -1)
         return SearchResult(ids.astype(np.int64), np.ascontiguousarray(S, np.float32))
+
+    def _scan_rerank(self, scan, rerank_kernel, args, q, k, rerank):
+        """The scan's best (k, or rerank candidates re-scored exactly down to k)."""
+        pos, S = scan(*args)
+        if rerank:
+            return rerank_kernel(pos, self._items.x, np.ascontiguousarray(q, np.float32), k)
+        return pos[:, :k], S[:, :k]
 
     # -- persistence ---------------------------------------------------------------------------
 
