@@ -78,8 +78,9 @@ def kmeans_1d_reference(v, c, n_iter):
     return c
 
 
-@pytest.mark.parametrize("n,k", [(500, 10), (7, 10), (300, 300)])
+@pytest.mark.parametrize("n,k", [(500, 10), (7, 10), (300, 300), (5000, 100)])
 def test_scan_kernel_matches_reference(n, k):
+    """k <= 32 keeps a heap, a larger k a buffer cut back when full (5000 items: cut often)."""
     rng = np.random.default_rng(n)
     lut = rng.standard_normal((5, 3, 16)).astype(np.float32)
     lut[:, :, 3] = lut[:, :, 4]  # force ties between items
@@ -94,6 +95,10 @@ def test_scan_kernel_matches_reference(n, k):
         same = np.isclose(s, ref_s, rtol=1e-6) & (pos >= 0)
         assert (pos[same] == ref_pos[same]).mean() > 0.97
         assert ((pos < 0) == (ref_pos < 0)).all()
+        # unordered (candidates for a re-rank): the same k best, in any order
+        pos_u, s_u = fn(lut, codes, nc, ncb, k, False)
+        np.testing.assert_array_equal(np.sort(pos_u, 1), np.sort(pos, 1))
+        np.testing.assert_allclose(np.sort(s_u, 1), np.sort(s, 1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("k", [10, 300])

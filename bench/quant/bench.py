@@ -194,6 +194,8 @@ def main(argv=None):
     )
     ap.add_argument("--lsq-n", type=int, default=None, help="base rows for LSQ (if smaller)")
     ap.add_argument("--qps", action="store_true", help="also measure scan queries/s")
+    ap.add_argument("--qps-only", action="store_true",
+                    help="measure scan queries/s only (no recall curves; tag gets '-qps')")
     ap.add_argument("--sweep", choices=["items", "axes", "small"], default=None,
                     help="crossover sweep: items, axes (dim, norm spread), small")  # fmt: skip
     ap.add_argument("--sweep-ns", nargs="+", type=int, default=None,
@@ -222,6 +224,8 @@ def main(argv=None):
         xt = np.ascontiguousarray(xb[train_idx])
         log.info("%s: %d x %d, %d queries, train sample %d", ds.name, *xb.shape, len(xq), len(xt))
         tag = args.tag or f"{args.dataset}-{len(xb)}x{xb.shape[1]}"
+        if args.qps_only:
+            args.bases, args.qps, tag = [], True, args.tag or f"{tag}-qps"
         path = RESULTS / f"{tag}.json"
 
         def save(rows, qps):
@@ -244,7 +248,7 @@ def main(argv=None):
         qps = [scan_qps(xb, xq, xt, M, args) for M in args.codebooks] if args.qps else []
         save(rows, qps)
     print(f"## {tag} (n={len(xb)}, dim={xb.shape[1]}, nq={len(xq)}, train={len(xt)})\n")
-    for k in (20, 10):
+    for k in (20, 10) if rows else ():
         print(f"recall@{k} within top T\n")
         print(table(rows, k) + "\n")
     if qps:

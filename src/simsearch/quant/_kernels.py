@@ -1,5 +1,7 @@
 """Numba kernels for the NEQ scan: score every item by norm codeword x sum of lookup-table
-entries and keep the top k (a threshold buffer cut back to k when full)."""
+entries and keep the top k: a min-heap for small k, a threshold buffer cut back to k when
+full for large k (a re-rank's candidates), each the faster where it is used
+(docs/bench-quant.md, "Scan speed")."""
 
 from __future__ import annotations
 
@@ -9,6 +11,55 @@ from numba import njit, prange
 from .._kernels import _dot
 
 _CHUNK = 64  # items scored before their scores are filtered
+_HEAP_K = 32  # up to this k a min-heap keeps the best: its sift is short and rarely taken
+
+
+@njit(cache=True, inline="always")
+def _sift_down(hs, hi, k):
+    """Restore the min-heap (hs float32 (k,), hi int64 (k,)) after its root was replaced."""
+    pos = 0
+    s, i = hs[0], hi[0]
+    while True:
+        c = 2 * pos + 1
+        if c >= k:
+            break
+        # among children pick the worse one: smaller score, or larger position on a tie
+        if c + 1 < k and (hs[c + 1] < hs[c] or (hs[c + 1] == hs[c] and hi[c + 1] > hi[c])):
+            c += 1
+        if hs[c] < s or (hs[c] == s and hi[c] > i):
+            hs[pos], hi[pos] = hs[c], hi[c]
+            pos = c
+        else:
+            break
+    hs[pos], hi[pos] = s, i
+
+
+@njit(cache=True, inline="always")
+def _heap_range(lut, codes, norm_codes, norm_codebook, k, start, end, hs, hi):
+    """Offer the items at positions [start, end) to the min-heap (hs, hi) of size k."""
+    M = codes.shape[1]
+    for i in range(start, end):
+        acc = np.float32(0.0)
+        for m in range(M):
+            acc += lut[m, codes[i, m]]
+        s = norm_codebook[norm_codes[i]] * acc
+        # strictly better than the worst kept: earlier positions win ties
+        if s > hs[0]:
+            hs[0] = s
+            hi[0] = i
+            _sift_down(hs, hi, k)
+
+
+@njit(cache=True, inline="always")
+def _heap_sorted(hs, hi, k, out_s, out_i):
+    """Heap sort (repeatedly move the worst to the back) into out_s / out_i, best first."""
+    for end in range(k - 1, 0, -1):
+        s, i = hs[0], hi[0]
+        hs[0], hi[0] = hs[end], hi[end]
+        hs[end], hi[end] = s, i
+        _sift_down(hs, hi, end)
+    out_s[:] = hs
+    out_i[:] = hi
 
 
 @njit(cache=True)
@@ -121,17 +172,23 @@ def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i, ordered=Tru
     """Top-k items for one query. lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,);
     norm_codebook float32 (K,). Writes out_s float32 (k,) best first and out_i int64 (k,) item
     positions (-1 and -inf where n < k). Ties go to the smaller position."""
-    bs, bi, tmp = _buffer(k)
-    cnt, _ = _scan_range(lut, codes, norm_codes, norm_codebook, k, 0, codes.shape[0], bs, bi,
-                         tmp, 0, np.float32(-np.inf))
-    _finish(bs, bi, tmp, cnt, k, out_s, out_i, ordered)
+    scan_ranges(lut, codes, norm_codes, norm_codebook, k, np.zeros(1, np.int64),
+                np.full(1, codes.shape[0], np.int64), out_s, out_i, ordered)
 
 
 @njit(cache=True)
 def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i,
                 ordered=True):
     """As :func:`scan_one` over the items at positions [starts[r], ends[r]) only (int64 (R,)).
-    Ties go to the smaller position when the ranges are visited in increasing order."""
+    Ties go to the smaller position when the ranges are visited in increasing order. Unless
+    ``ordered``, a k above _HEAP_K may come out in position order instead of best first."""
+    if k <= _HEAP_K:
+        hs = np.full(k, -np.inf, np.float32)
+        hi = np.full(k, -1, np.int64)
+        for r in range(starts.shape[0]):
+            _heap_range(lut, codes, norm_codes, norm_codebook, k, starts[r], ends[r], hs, hi)
+        _heap_sorted(hs, hi, k, out_s, out_i)
+        return
     bs, bi, tmp = _buffer(k)
     cnt, thr = 0, np.float32(-np.inf)
     for r in range(starts.shape[0]):
