@@ -116,6 +116,16 @@ def test_norm_ivf_recall_grows_with_probes_and_the_stop_reads_little(longtail, n
     assert norm_ivf.scored_fraction(queries, 10, n_probe=8) < 1 / 16
 
 
+def test_norm_ivf_threads_give_the_same_answer(longtail, norm_ivf):
+    _, queries = longtail
+    for n_probe in (3, None):
+        one = norm_ivf.search(queries, 10, n_probe=n_probe)
+        for n_threads in (2, -1):
+            many = norm_ivf.search(queries, 10, n_probe=n_probe, n_threads=n_threads)
+            np.testing.assert_array_equal(many.ids, one.ids)
+            np.testing.assert_array_equal(many.scores, one.scores)
+
+
 def test_norm_ivf_writes_and_reload(longtail, tmp_path):
     base, queries = longtail
     idx = ss.NormIVFIndex(32, n_lists=32)
@@ -145,6 +155,9 @@ def test_norm_ivf_bad_input_is_typed_and_changes_nothing(longtail):
     idx.add(base[:1000])
     with pytest.raises(errors.InvalidParameterError, match="n_probe"):
         idx.search(queries, 10, n_probe=0)
+    for bad in (0, -2, 1.5):
+        with pytest.raises(errors.InvalidParameterError, match="n_threads"):
+            idx.search(queries, 10, n_threads=bad)
     assert len(idx) == 1000
     # default n_lists: the square root of the training rows
     auto = ss.NormIVFIndex(32)

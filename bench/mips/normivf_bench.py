@@ -1,13 +1,14 @@
 """NormIVFIndex swept over its lists probed, one thread, beside FlatIndex.
 
     python bench/mips/normivf_bench.py [--datasets synthetic-longtail ml100k-svd glove-50]
-                                       [--lists-factor 1 2]
+                                       [--lists-factor 1 2] [--threads 2]
 
 Per dataset (synthetic-longtail 200,000 x 64; glove-50 its 100,000 most frequent words with 1,000
 held-out queries): n_lists = factor x sqrt(n); for each n_probe the recall@10 (tie-tolerant),
 queries/s for the batch of queries, and the mean fraction of items scored (the rest skipped by
 lists not visited and by the Cauchy–Schwarz stop inside each visited list). The "all" row visits
-every list (exact; the script checks the ids against FlatIndex's).
+every list (exact; the script checks the ids against FlatIndex's). ``--threads N`` adds the
+queries/s of the same searches with ``n_threads=N`` (the batch's queries over N numba threads).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from simsearch.eval import best_time, markdown_table, recall_at_k, thread_limit
 K = 10
 
 
-def run(name: str, factor: float) -> list[dict]:
+def run(name: str, factor: float, threads: int | None = None) -> list[dict]:
     params = {"n": 200_000, "dim": 64, "n_queries": 1000} if name.startswith("synth") else {}
     d = load(name, **params)
     base, queries = d.base, d.queries
@@ -53,6 +54,12 @@ def run(name: str, factor: float) -> list[dict]:
                          "recall@10": rec, "scored": f"{scored:.2%}",
                          "q/s (1 thread)": len(queries) / secs,
                          "x FlatIndex": len(queries) / secs / flat_qps})
+    if threads:
+        with thread_limit(threads):
+            for row, n_probe in zip(rows, (1, 2, 4, 8, 16, 32, 64, None), strict=True):
+                secs = best_time(lambda p=n_probe: ivf.search(queries, K, n_probe=p,
+                                                              n_threads=threads), repeats=3)
+                row[f"q/s ({threads} threads)"] = len(queries) / secs
     print(f"[normivf] {name} done (FlatIndex {flat_qps:,.0f} q/s)", file=sys.stderr, flush=True)
     return rows
 
@@ -62,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+",
                    default=["synthetic-longtail", "ml100k-svd", "glove-50"])
     p.add_argument("--lists-factor", type=float, nargs="+", default=[1.0])
+    p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
-    rows = [r for name in args.datasets for f in args.lists_factor for r in run(name, f)]
-    print(markdown_table(rows, ["dataset", "n", "n_lists", "n_probe", "recall@10", "scored",
-                                "q/s (1 thread)", "x FlatIndex"]))
+    rows = [r for name in args.datasets for f in args.lists_factor
+            for r in run(name, f, args.threads)]
+    print(markdown_table(rows, list(rows[0])))
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True, inline="always")
@@ -139,6 +139,36 @@ def _dot(a, b):
     return s
 
 
+@njit(cache=True, inline="always")
+def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht):
+    """One query of :func:`scan_norm_lists` into its heap (hv, ht): (heap size, items scored)."""
+    # a hair above |q|: the computed q·x of an item parallel to q may round above |q||x|
+    bound = qn * np.float32(1.0 + 2.0**-16)
+    size, n_read = 0, 0
+    for p in range(probes.shape[0]):
+        lst = probes[p]
+        for i in range(offsets[lst], offsets[lst + 1]):
+            if size == k and bound * norms[i] < hv[0]:
+                break
+            v = _dot(qr, x[i])
+            n_read += 1
+            t = ids[i]
+            if size < k:
+                pos = size  # sift the new item up
+                size += 1
+                while pos > 0:
+                    parent = (pos - 1) // 2
+                    if not _worse(v, t, hv[parent], ht[parent]):
+                        break
+                    hv[pos], ht[pos] = hv[parent], ht[parent]
+                    pos = parent
+                hv[pos], ht[pos] = v, t
+            elif v > hv[0] or (v == hv[0] and t < ht[0]):
+                hv[0], ht[0] = v, t
+                _sift2(hv, ht, 0, k)
+    return size, n_read
+
+
 @njit(cache=True)
 def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k):
     """Top-k inner products of each query row among the items of its lists ``probes`` (nq, P),
@@ -153,32 +183,22 @@ def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k):
     sizes = np.zeros(nq, np.int64)
     scored = np.zeros(nq, np.int64)
     for r in range(nq):
-        hv, ht, qr = heap_s[r], heap_i[r], q[r]
-        # a hair above |q|: the computed q·x of an item parallel to q may round above |q||x|
-        bound = qn[r] * np.float32(1.0 + 2.0**-16)
-        size, n_read = 0, 0
-        for p in range(probes.shape[1]):
-            lst = probes[r, p]
-            for i in range(offsets[lst], offsets[lst + 1]):
-                if size == k and bound * norms[i] < hv[0]:
-                    break
-                v = _dot(qr, x[i])
-                n_read += 1
-                t = ids[i]
-                if size < k:
-                    pos = size  # sift the new item up
-                    size += 1
-                    while pos > 0:
-                        parent = (pos - 1) // 2
-                        if not _worse(v, t, hv[parent], ht[parent]):
-                            break
-                        hv[pos], ht[pos] = hv[parent], ht[parent]
-                        pos = parent
-                    hv[pos], ht[pos] = v, t
-                elif v > hv[0] or (v == hv[0] and t < ht[0]):
-                    hv[0], ht[0] = v, t
-                    _sift2(hv, ht, 0, k)
-        sizes[r] = size
-        scored[r] = n_read
+        sizes[r], scored[r] = _norm_lists_one(q[r], qn[r], x, norms, ids, offsets, probes[r], k,
+                                              heap_s[r], heap_i[r])
+    heap_finish(heap_s, heap_i, sizes)
+    return heap_i, heap_s, scored
+
+
+@njit(cache=True, parallel=True)
+def scan_norm_lists_parallel(q, qn, x, norms, ids, offsets, probes, k):
+    """As :func:`scan_norm_lists`, queries spread over numba threads."""
+    nq = q.shape[0]
+    heap_s = np.full((nq, k), -np.inf, np.float32)
+    heap_i = np.full((nq, k), -1, np.int64)
+    sizes = np.zeros(nq, np.int64)
+    scored = np.zeros(nq, np.int64)
+    for r in prange(nq):
+        sizes[r], scored[r] = _norm_lists_one(q[r], qn[r], x, norms, ids, offsets, probes[r], k,
+                                              heap_s[r], heap_i[r])
     heap_finish(heap_s, heap_i, sizes)
     return heap_i, heap_s, scored

@@ -72,13 +72,33 @@ def kernel_width(n_threads: int | None = None) -> int:
     return max(1, min(int(n_threads), cap))
 
 
+_blas = None  # threadpoolctl's controller, made on first use (it scans the loaded libraries)
+
+
+def _blas_one_thread():
+    """A context keeping BLAS on the calling thread. OpenBLAS's workers busy-wait after a
+    multi-threaded product; on a small machine they take the cores from the numba threads
+    that follow (a 27 us ranking product halved a 2-thread NormIVF search: docs/benchmarks.md).
+    The limit is process-wide, so concurrent callers may see BLAS narrowed for a moment: a cost
+    in speed only."""
+    global _blas
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")
+
+
 @contextlib.contextmanager
 def kernel_threads(n_threads: int | None = None) -> Iterator[int]:
-    """Run parallel kernels in this thread at ``kernel_width(n_threads)``; yields the width."""
+    """Run parallel kernels in this thread at ``kernel_width(n_threads)``; yields the width.
+    With more than one thread, BLAS calls made inside stay on one thread (``_blas_one_thread``):
+    enter it before the search's own matrix products, not just around the kernel."""
     width = kernel_width(n_threads)
     old = numba.get_num_threads()
     numba.set_num_threads(width)
     try:
-        yield width
+        with _blas_one_thread() if width > 1 else contextlib.nullcontext():
+            yield width
     finally:
         numba.set_num_threads(old)

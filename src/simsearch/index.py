@@ -102,6 +102,16 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     return value
 
 
+def check_threads(n_threads: Any) -> int:
+    """A per-call thread count: -1 (all the kernels may use) or 1 to 1024."""
+    if type(n_threads) is int and (n_threads == -1 or 1 <= n_threads <= 1024):
+        return n_threads
+    n_threads = check_int("n_threads", n_threads, -1, 1024)
+    if n_threads == 0:
+        raise InvalidParameterError("n_threads must be -1 (all cores) or in [1, 1024]; got 0")
+    return n_threads
+
+
 def check_k(k: Any) -> int:
     return check_int("k", k, 1, MAX_K)
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import heap_finish, heap_push_block, scan_norm_lists
+from ._kernels import heap_finish, heap_push_block, scan_norm_lists, scan_norm_lists_parallel
 from ._lists import assign, rank, train_centroids
-from .index import Index, SearchResult, as_matrix, check_int, check_k, register
+from ._numba_util import kernel_threads
+from .index import Index, SearchResult, as_matrix, check_int, check_k, check_threads, register
 
 _FIRST_BLOCK = 256  # blocks double up to _MAX_BLOCK: early stops stay cheap, late ones few calls
 _MAX_BLOCK = 16384
@@ -117,11 +118,12 @@ class NormIVFIndex(Index):
 
     Build: ``n_lists`` (default: the square root of the training rows), ``seed``. Search:
     ``n_probe`` lists per query (default all: then the answer is exact, as FlatIndex's up to
-    float rounding). Within the visited lists the answer is exact; recall grows with n_probe.
+    float rounding), ``n_threads`` (1; -1 for all cores: a batch's queries spread over numba
+    threads). Within the visited lists the answer is exact; recall grows with n_probe.
     """
 
     metrics = ("ip",)
-    search_params = frozenset({"n_probe"})
+    search_params = frozenset({"n_probe", "n_threads"})
     needs_training = True
 
     def __init__(self, dim: int, metric: str = "ip", n_lists: int | None = None, seed: int = 0):
@@ -161,8 +163,9 @@ class NormIVFIndex(Index):
         keep = ~np.isin(self._ids, ids)
         self._store(self._x[keep], self._ids[keep], self._lists[keep])
 
-    def _search(self, q: np.ndarray, k: int, n_probe: int | None = None) -> SearchResult:
-        return self._scan(q, k, n_probe)[0]
+    def _search(self, q: np.ndarray, k: int, n_probe: int | None = None,
+                n_threads: int = 1) -> SearchResult:
+        return self._scan(q, k, n_probe, n_threads)[0]
 
     def scored_fraction(self, q: Any, k: int, n_probe: int | None = None) -> float:
         """The mean fraction of the items a search of q scores (the rest are skipped by the
@@ -173,14 +176,21 @@ class NormIVFIndex(Index):
                 return 0.0
             return float(self._scan(q, min(check_k(k), len(self)), n_probe)[1].mean() / len(self))
 
-    def _scan(self, q: np.ndarray, k: int, n_probe: int | None):
+    def _scan(self, q: np.ndarray, k: int, n_probe: int | None, n_threads: int = 1):
         n_probe = self.n_lists if n_probe is None else check_int("n_probe", n_probe, 1)
+        n_threads = check_threads(n_threads)
+        if n_threads == 1 or q.shape[0] == 1:
+            return self._scan_lists(q, k, n_probe, scan_norm_lists)
+        with kernel_threads(n_threads):  # around the ranking product too (_numba_util)
+            return self._scan_lists(q, k, n_probe, scan_norm_lists_parallel)
+
+    def _scan_lists(self, q, k, n_probe, kernel):
         # visiting the best lists first raises the k-th best early, so later lists stop sooner
         probes = rank(q, self._centroids, self._list_norm, min(n_probe, self.n_lists),
                       best_first=True)
         qn = np.linalg.norm(q, axis=1).astype(np.float32)
-        ids, scores, scored = scan_norm_lists(q, qn, self._x, self._norms, self._ids,
-                                              self._offsets, probes, k)
+        ids, scores, scored = kernel(q, qn, self._x, self._norms, self._ids, self._offsets,
+                                     probes, k)
         return SearchResult(ids, scores), scored
 
     def _get_state(self):

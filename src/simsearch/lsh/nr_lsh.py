@@ -50,7 +50,7 @@ import numpy as np
 
 from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
-from ..index import Index, SearchResult, check_int, register
+from ..index import Index, SearchResult, check_int, check_threads, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -228,9 +228,7 @@ class _RangedLSH(Index):
         T = min(check_int("n_probe_items", n_probe_items, 1), len(self))  # all items at most
         if not isinstance(prune, (bool, np.bool_)):
             raise InvalidParameterError(f"prune must be True or False; got {prune!r}")
-        n_threads = check_int("n_threads", n_threads, -1, 1024)
-        if n_threads == 0:
-            raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
+        n_threads = check_threads(n_threads)
         args = (q, *self._probe_args(ranking, prune), max(T, k), k)
         if n_threads == 1 or q.shape[0] == 1:
             ids, S, probed, nb = K.search_batch(*args)

@@ -27,7 +27,7 @@ import numpy as np
 from .._lists import assign, check_ranking, rank, train_centroids
 from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
-from ..index import Index, SearchResult, check_int, check_result_size, register
+from ..index import Index, SearchResult, check_int, check_result_size, check_threads, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -398,37 +398,35 @@ class NEQIndex(Index):
         # more candidates than items only costs memory: the cap is the item count
         rerank = min(check_int("rerank", rerank, 0), len(self))
         check_result_size(q.shape[0], rerank, "rerank")
-        n_threads = check_int("n_threads", n_threads, -1, 1024)
-        if n_threads == 0:
-            raise InvalidParameterError("n_threads must be -1 (all cores) or >= 1; got 0")
+        n_threads = check_threads(n_threads)
         if rerank and not self.keep_vectors:
             raise InvalidParameterError(
                 f"rerank={rerank} needs the raw vectors; build with keep_vectors=True"
             )
-        probes = self._probes(q, n_probe, list_ranking)
-        it = self._items
-        kk = max(k, rerank)
-        lut = self.lookup_tables(q)
-        args = (lut, it.codes, it.norm_codes, self._norm_codebook, kk)
-        if probes is None:
-            one, many = K.scan_batch, K.scan_batch_parallel
-        else:
-            one, many = K.scan_lists_batch, K.scan_lists_batch_parallel
-            args = (*args, it.offsets, probes)
-        args = (*args, not rerank)  # candidates for the re-rank need no order
         if n_threads == 1 or q.shape[0] == 1:
-            pos, S = self._scan_rerank(one, K.rerank_batch, args, q, k, rerank)
+            pos, S = self._scan_rerank(q, k, rerank, n_probe, list_ranking, parallel=False)
         else:
-            with kernel_threads(n_threads):
-                pos, S = self._scan_rerank(many, K.rerank_batch_parallel, args, q, k, rerank)
-        ids = np.where(pos >= 0, it.ids[np.maximum(pos, 0)], -1)
+            with kernel_threads(n_threads):  # around the lookup-table products too (_numba_util)
+                pos, S = self._scan_rerank(q, k, rerank, n_probe, list_ranking, parallel=True)
+        ids = np.where(pos >= 0, self._items.ids[np.maximum(pos, 0)], -1)
         return SearchResult(ids.astype(np.int64), np.ascontiguousarray(S, np.float32))
 
-    def _scan_rerank(self, scan, rerank_kernel, args, q, k, rerank):
-        """The scan's best (k, or rerank candidates re-scored exactly down to k)."""
-        pos, S = scan(*args)
+    def _scan_rerank(self, q, k, rerank, n_probe, list_ranking, parallel):
+        """The scan's best positions and scores: k, or ``rerank`` candidates re-scored exactly
+        down to k."""
+        probes = self._probes(q, n_probe, list_ranking)
+        it = self._items
+        args = (self.lookup_tables(q), it.codes, it.norm_codes, self._norm_codebook,
+                max(k, rerank))
+        if probes is None:
+            scan = K.scan_batch_parallel if parallel else K.scan_batch
+        else:
+            scan = K.scan_lists_batch_parallel if parallel else K.scan_lists_batch
+            args = (*args, it.offsets, probes)
+        pos, S = scan(*args, not rerank)  # candidates for the re-rank need no order
         if rerank:
-            return rerank_kernel(pos, self._items.x, np.ascontiguousarray(q, np.float32), k)
+            exact = K.rerank_batch_parallel if parallel else K.rerank_batch
+            return exact(pos, it.x, np.ascontiguousarray(q, np.float32), k)
         return pos[:, :k], S[:, :k]
 
     # -- persistence ---------------------------------------------------------------------------
