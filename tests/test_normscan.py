@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -124,6 +126,33 @@ def test_norm_ivf_threads_give_the_same_answer(longtail, norm_ivf):
             many = norm_ivf.search(queries, 10, n_probe=n_probe, n_threads=n_threads)
             np.testing.assert_array_equal(many.ids, one.ids)
             np.testing.assert_array_equal(many.scores, one.scores)
+
+
+def test_parallel_searches_from_many_threads_beside_blas(longtail, norm_ivf):
+    """Parallel searches narrow BLAS to one thread while they run (simsearch._numba_util); from
+    several threads at once, beside other threads' matrix products, every answer stays right."""
+    _, queries = longtail
+    want = norm_ivf.search(queries, 10, n_probe=4).ids
+    a = np.random.default_rng(0).standard_normal((300, 300))
+    errors_seen = []
+
+    def searcher():
+        for _ in range(10):
+            got = norm_ivf.search(queries, 10, n_probe=4, n_threads=2).ids
+            if not np.array_equal(got, want):
+                errors_seen.append("wrong ids")
+
+    def blas_user():
+        for _ in range(30):
+            if not np.allclose(a @ a.T, (a @ a.T).T):
+                errors_seen.append("wrong product")
+
+    threads = [threading.Thread(target=f) for f in (searcher,) * 4 + (blas_user,) * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors_seen
 
 
 def test_norm_ivf_writes_and_reload(longtail, tmp_path):
