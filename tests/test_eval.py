@@ -3,7 +3,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simsearch.eval import markdown_table, pareto_frontier, recall_at_k, timed
+from simsearch.eval import (
+    alternated_best_times,
+    markdown_table,
+    pareto_frontier,
+    recall_at_k,
+    timed,
+)
 
 
 def test_recall_counts_ties_by_score():
@@ -63,3 +69,10 @@ def test_timed_returns_the_output_and_the_best_time():
     calls.clear()
     out, _ = timed(lambda: calls.append(1) or len(calls), repeats=3, once_above=-1.0)
     assert out == 1 and len(calls) == 1  # a run slower than once_above is not repeated
+
+
+def test_alternated_best_times_interleaves_the_calls():
+    order = []
+    best = alternated_best_times([lambda: order.append("a"), lambda: order.append("b")],
+                                 rounds=3)
+    assert order == ["a", "b"] * 3 and len(best) == 2 and all(t >= 0 for t in best)

@@ -22,22 +22,13 @@ import numpy as np
 
 from simsearch import auto_index, datasets
 from simsearch.demo import K, _methods, _sweep
-from simsearch.eval import best_time, markdown_table, thread_limit
+from simsearch.eval import alternated_best_times, markdown_table, thread_limit
 
 PEERS = ("hnswlib (ip-NSW)", "faiss HNSW", "ScaNN (tree, AH, reorder)", "norm-scan (budget)")
 
 
 def log(msg: str) -> None:
     print(f"[auto_bench] {msg}", file=sys.stderr, flush=True)
-
-
-def head_to_head(a, b, rounds: int = 7) -> tuple[float, float]:
-    """Best seconds of a() and of b(), timed alternately so both see the same machine load."""
-    ta = tb = float("inf")
-    for _ in range(rounds):
-        ta = min(ta, best_time(a, repeats=1, min_seconds=0.2))
-        tb = min(tb, best_time(b, repeats=1, min_seconds=0.2))
-    return ta, tb
 
 
 def run(name: str, params: dict, targets: list[float]) -> list[dict]:
@@ -89,9 +80,9 @@ def run(name: str, params: dict, targets: list[float]) -> list[dict]:
             if best_peer:
                 search, values = searches[best_peer[1]]
                 v = values[best_peer[2]]
-                t_auto, t_peer = head_to_head(
-                    lambda a=auto: a.search(held.queries, K),
-                    lambda f=search, v=v: f(held.queries, v))
+                t_auto, t_peer = alternated_best_times(
+                    [lambda a=auto: a.search(held.queries, K),
+                     lambda f=search, v=v: f(held.queries, v)], rounds=7, min_seconds=0.2)
                 ratio = t_peer / t_auto
                 note = (f"alternated: auto {len(held.queries) / t_auto:,.0f} q/s, "
                         f"{best_peer[1]} {len(held.queries) / t_peer:,.0f} q/s")

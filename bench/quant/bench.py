@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from simsearch import datasets
-from simsearch.eval import markdown_table, thread_limit
+from simsearch.eval import alternated_best_times, markdown_table, thread_limit
 from simsearch.quant import NEQIndex, faiss_baseline, pad, padded_dim
 from simsearch.quant.neq import LSQ_RIDGE
 
@@ -119,16 +119,10 @@ def scan_qps(xb, xq, xt, M, args):
     neq.train(xt)
     neq.add(xb)
     qf = pad(xq, d)
-    best = {"faiss": np.inf, "neq": np.inf}
     neq.search(xq[:2], 10)  # compile outside the timing
-    for _ in range(3):
-        t = time.perf_counter()
-        fb.search(qf, 10)
-        best["faiss"] = min(best["faiss"], time.perf_counter() - t)
-        t = time.perf_counter()
-        neq.search(xq, 10)
-        best["neq"] = min(best["neq"], time.perf_counter() - t)
-    qf_, qn = len(xq) / best["faiss"], len(xq) / best["neq"]
+    t_faiss, t_neq = alternated_best_times([lambda: fb.search(qf, 10),
+                                            lambda: neq.search(xq, 10)], rounds=3)
+    qf_, qn = len(xq) / t_faiss, len(xq) / t_neq
     return {"codebooks": M, "code_bytes": M, "n": len(xb), "nq": len(xq),
             "faiss_pq_qps": qf_, "neq_pq_qps": qn, "ratio": qn / qf_}  # fmt: skip
 

@@ -125,6 +125,17 @@ def timed(fn: Callable[[], object], repeats: int = 3, min_seconds: float = 0.0,
     return out, best
 
 
+def alternated_best_times(fns: Sequence[Callable[[], object]], rounds: int = 3,
+                          min_seconds: float = 0.0) -> list[float]:
+    """Best wall time of each fn, timed in turn round after round (each turn at least
+    ``min_seconds``), so that all of them see the same machine load: for ratios."""
+    best = [np.inf] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], timed(fn, 1, min_seconds)[1])
+    return best
+
+
 def per_query_latencies(fn: Callable[[np.ndarray], object], queries: np.ndarray) -> np.ndarray:
     """Seconds taken by fn(q[None]) for each query row, one query per call."""
     out = np.empty(len(queries))
