@@ -16,7 +16,9 @@ _HEAP_K = 32  # up to this k a min-heap keeps the best: its sift is short and ra
 
 @njit(cache=True, inline="always")
 def _sift_down(hs, hi, k):
-    """Restore the min-heap (hs float32 (k,), hi int64 (k,)) after its root was replaced."""
+    """Restore the min-heap (hs float32 (k,), hi int64 (k,)) after its root was replaced.
+    (simsearch._kernels._sift2 keeps the same order, but called from here the k=10 scan ran
+    ~10% slower on ml100k-svd: 4.5 against 4.1 us/query.)"""
     pos = 0
     s, i = hs[0], hi[0]
     while True:
@@ -168,20 +170,13 @@ def _buffer(k):
 
 
 @njit(cache=True)
-def scan_one(lut, codes, norm_codes, norm_codebook, k, out_s, out_i, ordered=True):
-    """Top-k items for one query. lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,);
-    norm_codebook float32 (K,). Writes out_s float32 (k,) best first and out_i int64 (k,) item
-    positions (-1 and -inf where n < k). Ties go to the smaller position."""
-    scan_ranges(lut, codes, norm_codes, norm_codebook, k, np.zeros(1, np.int64),
-                np.full(1, codes.shape[0], np.int64), out_s, out_i, ordered)
-
-
-@njit(cache=True)
 def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i,
                 ordered=True):
-    """As :func:`scan_one` over the items at positions [starts[r], ends[r]) only (int64 (R,)).
-    Ties go to the smaller position when the ranges are visited in increasing order. Unless
-    ``ordered``, a k above _HEAP_K may come out in position order instead of best first."""
+    """Top-k items for one query among the positions [starts[r], ends[r]) (int64 (R,)).
+    lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,); norm_codebook float32 (K,).
+    Writes out_s float32 (k,) best first and out_i int64 (k,) item positions (-1 and -inf past
+    the items there). Ties go to the smaller position when the ranges are visited in increasing
+    order. Unless ``ordered``, a k above _HEAP_K may come out in position order instead."""
     if k <= _HEAP_K:
         hs = np.full(k, -np.inf, np.float32)
         hi = np.full(k, -1, np.int64)
@@ -204,8 +199,10 @@ def scan_batch(lut, codes, norm_codes, norm_codebook, k, ordered=True):
     nq = lut.shape[0]
     out_i = np.empty((nq, k), np.int64)
     out_s = np.empty((nq, k), np.float32)
+    starts, ends = np.zeros(1, np.int64), np.full(1, codes.shape[0], np.int64)  # every item
     for q in range(nq):
-        scan_one(lut[q], codes, norm_codes, norm_codebook, k, out_s[q], out_i[q], ordered)
+        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, starts, ends, out_s[q],
+                    out_i[q], ordered)
     return out_i, out_s
 
 
@@ -215,8 +212,10 @@ def scan_batch_parallel(lut, codes, norm_codes, norm_codebook, k, ordered=True):
     nq = lut.shape[0]
     out_i = np.empty((nq, k), np.int64)
     out_s = np.empty((nq, k), np.float32)
+    starts, ends = np.zeros(1, np.int64), np.full(1, codes.shape[0], np.int64)  # every item
     for q in prange(nq):
-        scan_one(lut[q], codes, norm_codes, norm_codebook, k, out_s[q], out_i[q], ordered)
+        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, starts, ends, out_s[q],
+                    out_i[q], ordered)
     return out_i, out_s
 
 
