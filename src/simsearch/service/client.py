@@ -353,6 +353,31 @@ class Client:
         """Install (or replace) a collection from :meth:`export_collection`'s output."""
         return RemoteCollection(self, self._stream_out("ImportCollection", name, config, data))
 
+    # -- fenced part writes (a Pyramid leader to its shard servers; docs/cluster.md "Writes")
+
+    def part_prepare(self, name: str, term: int, attempt: int, ops: list,
+                     timeout: float | None = None) -> dict[str, int]:
+        """Store ``ops`` (fenced.PartOp) on the part replica ``name`` without applying them."""
+        req = self._pb.PartPrepareRequest(collection=name, term=term, attempt=attempt,
+                                          ops=[self._convert.to_part_op(o) for o in ops])
+        return self._part_call("PartPrepare", req, timeout)
+
+    def part_sync(self, name: str, term: int, ballot: tuple[int, int] = (0, 0), first: int = 0,
+                  through: int = 0, timeout: float | None = None) -> dict[str, int]:
+        """Fence the part replica at ``term`` and apply its prepared ops [first, through] of
+        ``ballot``; returns ``{"term", "applied", "count"}``."""
+        req = self._pb.PartSyncRequest(collection=name, term=term, ballot_term=ballot[0],
+                                       ballot_attempt=ballot[1], first=first, through=through)
+        return self._part_call("PartSync", req, timeout)
+
+    def _part_call(self, method: str, req, timeout: float | None) -> dict[str, int]:
+        try:  # no retry here: the leader decides what a failure means
+            r = getattr(self._stub, method)(req, timeout=timeout or self._timeout(),
+                                            metadata=self._metadata)
+        except self._grpc.RpcError as err:
+            _raise_from(err)
+        return {"term": int(r.term), "applied": int(r.applied), "count": int(r.count)}
+
     # -- blobs (docs/service.md, "Blobs")
 
     def put_blob(self, name: str, data: bytes) -> dict[str, Any]:

@@ -38,6 +38,23 @@ def from_matrix(m: pb.Matrix, dim: int, what: str = "vectors") -> np.ndarray:
     return np.frombuffer(m.data, dtype=_F32).reshape(m.rows, m.cols)
 
 
+def ids_from_bytes(data: bytes, what: str = "ids") -> np.ndarray:
+    """Packed little-endian int64 ids (a part op's) as an int64 array."""
+    if len(data) % _I64.itemsize:
+        raise InvalidParameterError(
+            f"{what} must be packed int64 (a multiple of 8 bytes); got {len(data)} bytes")
+    return np.frombuffer(data, dtype=_I64).astype(np.int64)
+
+
+def to_part_op(op) -> pb.PartOp:
+    """A fenced.PartOp as its message."""
+    m = pb.PartOp(pseq=op.pseq, remove=op.remove,
+                  ids=np.ascontiguousarray(op.ids, dtype=_I64).tobytes())
+    if not op.remove:
+        m.vectors.CopyFrom(to_matrix(op.x))
+    return m
+
+
 def to_search_response(r: SearchResult) -> pb.SearchResponse:
     ids = np.ascontiguousarray(r.ids, dtype=_I64)
     coverage = getattr(r, "coverage", None)  # partial results (a Pyramid cluster)

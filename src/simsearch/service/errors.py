@@ -91,6 +91,20 @@ class NotLeaderError(CoordinationError):
     it to the current leader (docs/cluster.md)."""
 
 
+class StaleTermError(ServiceError):
+    """A part write or copy from a leader older than one the replica has already seen: that
+    leader was deposed (docs/cluster.md, "Writes")."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class FencedPartError(ServiceError):
+    """A plain write to a Pyramid part replica, which takes fenced writes from the cluster's
+    leader only."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class InternalServerError(ServiceError):
     """An unexpected server fault; details are in the server's log only."""
 

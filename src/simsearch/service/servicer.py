@@ -228,7 +228,8 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def ExportCollection(self, request, context, deadline):
         col = self.store.get(request.name)
-        return self._send_chunks(col.name, col.config, col.export_bytes(deadline=deadline))
+        config, data = col.export(deadline=deadline)
+        return self._send_chunks(col.name, config, data)
 
     @_rpc
     def ImportCollection(self, request_iterator, context, deadline):
@@ -260,6 +261,35 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def ListBlobs(self, request, context, deadline):
         return pb.ListBlobsResponse(blobs=[pb.BlobInfo(**b) for b in self._blobs().list_blobs()])
+
+    def _part(self, name: str) -> Collection:
+        col = self.store.get(name)
+        if not hasattr(col, "part_prepare"):  # a Pyramid coordinator's collections
+            from ..errors import UnsupportedOperationError
+
+            raise UnsupportedOperationError("part writes go to shard servers, not coordinators")
+        return col
+
+    @_rpc
+    def PartPrepare(self, request, context, deadline):
+        from .fenced import PartOp
+
+        col = self._part(request.collection)
+        ops = []
+        for o in request.ops:
+            self._check_decoded_ids(len(o.ids) // 8)
+            ids = convert.ids_from_bytes(o.ids)
+            x = None if o.remove else convert.from_matrix(o.vectors, col.config["dim"])
+            ops.append(PartOp(int(o.pseq), bool(o.remove), ids, x))
+        st = col.part_prepare(request.term, request.attempt, ops, deadline=deadline)
+        return pb.PartState(**st)
+
+    @_rpc
+    def PartSync(self, request, context, deadline):
+        st = self._part(request.collection).part_sync(
+            request.term, (request.ballot_term, request.ballot_attempt), request.first,
+            request.through, deadline=deadline)
+        return pb.PartState(**st)
 
     @_rpc
     def Snapshot(self, request, context, deadline):

@@ -5,6 +5,8 @@ Layout under the data directory::
     collections/<name>/collection.json     dim, metric, kind, build params (written once)
     collections/<name>/snapshot-<g>.idx    the index as of generation g (Index.save: atomic)
     collections/<name>/wal-<g>.log         every write since snapshot g (see wal.py)
+    collections/<name>/part-<g>.json       a Pyramid part replica's fencing state as of snapshot g
+                                           (fenced.py; written before snapshot-<g>.idx)
 
 State = the newest snapshot (or an empty index at g = 0) + replay of its log. A snapshot writes
 snapshot-<g+1>, then opens an empty wal-<g+1>, then deletes generation g: a crash at any point
@@ -43,6 +45,7 @@ from ..errors import (
 from ..index import Index, SearchResult, as_id_array, as_matrix, create_index, load
 from . import wal as walmod
 from .errors import (
+    FencedPartError,
     CollectionExistsError,
     CollectionNotFoundError,
     DataLossError,
@@ -50,6 +53,7 @@ from .errors import (
     ResourceExhaustedError,
     ServiceUnavailableError,
 )
+from .fenced import FencedState, PartOp
 from .wal import WriteAheadLog, fsync_dir
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,8 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SNAP_RE = re.compile(r"^snapshot-(\d+)\.idx$")
 _WAL_RE = re.compile(r"^wal-(\d+)\.log$")
+_PART_RE = re.compile(r"^part-(\d+)\.json$")
+_PART_OPS = (walmod.OP_PART_PREPARE, walmod.OP_PART_SYNC)
 DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
 # A log is also snapshotted once it outgrows the snapshot it follows (and this floor): replaying it
 # then costs about one rebuild of what the collection holds, however long the collection churns.
@@ -215,6 +221,36 @@ def _apply(index: Index, rec: walmod.Record, items: _Vectors) -> None:
         raise ValueError(f"unknown log op {rec.op}")
 
 
+def _apply_part_op(index: Index, op: PartOp) -> None:
+    if op.remove:
+        ids = op.ids[index.contains(op.ids)]
+        if ids.size:
+            index.remove(ids)
+    else:
+        _upsert(index, op.x, op.ids)
+
+
+def _replay_part(index: Index, state: FencedState, rec: walmod.Record, items: _Vectors) -> None:
+    """Replay one fenced part record (Collection.part_prepare / part_sync)."""
+    m = rec.meta
+    if rec.op == walmod.OP_PART_PREPARE:
+        ops, blobs = [], iter(rec.blobs)
+        for o in m["ops"]:
+            x = None if o["remove"] else items.from_bytes(next(blobs), index)
+            ops.append(PartOp(o["pseq"], o["remove"], np.frombuffer(next(blobs), np.int64), x))
+        state.prepare(m["term"], m["attempt"], ops)
+        return
+    ops = state.ops_to_apply(tuple(m["ballot"]), m["first"], m["through"]) if m["through"] \
+        else []
+    if ops is None:
+        raise ValueError(f"part sync record {m} does not follow the prepared ops")
+    for op in ops:
+        _apply_part_op(index, op)
+    state.raise_term(m["term"])
+    if ops:
+        state.mark_applied(m["through"])
+
+
 def _read_config(path: Path) -> dict:
     """A collection's collection.json, checked: ValueError if it is not one."""
     config = json.loads(path.read_text())
@@ -243,6 +279,8 @@ class Collection:
         self._writer = threading.Lock()  # one write at a time, including its fsync
         self._rw = RWLock(DeadlineExceededError)  # searches share; applying a write is exclusive
         self._snapshot_bytes = 0  # size of the snapshot the log follows
+        #: set once a Pyramid leader writes this collection as a part replica (fenced.py)
+        self.fenced: FencedState | None = None
         try:
             self.config = _read_config(path / "collection.json")
         except (OSError, ValueError) as exc:  # this collection is lost, the node's others serve
@@ -272,11 +310,18 @@ class Collection:
         try:
             index = self._load_index(self.path / f"snapshot-{g}.idx") if g \
                 else self._new_index()
+            part = self.path / f"part-{g}.json"
+            fenced = FencedState.from_json(json.loads(part.read_text())) if g and part.exists() \
+                else None
             records, torn = WriteAheadLog.recover(self.path / f"wal-{g}.log")
             if torn:
                 log.warning("collection %s: dropped a torn last log record", self.name)
             for rec in records:
-                _apply(index, rec, self.items)
+                if rec.op in _PART_OPS:
+                    fenced = fenced or FencedState()
+                    _replay_part(index, fenced, rec, self.items)
+                else:
+                    _apply(index, rec, self.items)
         except CorruptIndexError as exc:
             self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery", exc)
             return
@@ -284,10 +329,11 @@ class Collection:
             self._mark_damaged(f"collection {self.name!r} could not replay its log", exc)
             return
         for f in files:  # older generations and temporaries left by an interrupted snapshot
-            m = _SNAP_RE.match(f) or _WAL_RE.match(f)
+            m = _SNAP_RE.match(f) or _WAL_RE.match(f) or _PART_RE.match(f)
             if (m and int(m.group(1)) != g) or f.startswith("."):
                 (self.path / f).unlink(missing_ok=True)
         self.index, self.generation, self.damaged = index, g, None
+        self.fenced = fenced
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size if g else 0
         self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
         log.info(
@@ -353,18 +399,24 @@ class Collection:
     # -- writes -----------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self, deadline: float | None):
+    def _write(self, deadline: float | None, part: bool = False):
+        """One write at a time. A part replica (fenced) takes only fenced part writes."""
         if not self._writer.acquire(timeout=_timeout(deadline)):
             raise DeadlineExceededError("the call's deadline passed while waiting for other writes")
         try:
             index = self._index()
+            if self.fenced is not None and not part:
+                raise FencedPartError(
+                    f"collection {self.name!r} is a Pyramid part replica: it takes writes only "
+                    "from the cluster's leader (PartPrepare / PartSync); write through a "
+                    "coordinator")
             yield index
         finally:
             self._writer.release()
 
-    def _log(self, op: int, meta: dict, blobs: tuple[bytes, ...]) -> None:
+    def _log(self, op: int, meta: dict, blobs: tuple[bytes, ...], sync: bool = True) -> None:
         try:
-            self._wal.append(op, meta, blobs)
+            self._wal.append(op, meta, blobs, sync)
         except OSError as exc:
             log.error("collection %s: log append failed (%s); reloading from disk", self.name, exc)
             with self._rw.write():
@@ -373,9 +425,9 @@ class Collection:
                 "the write could not be made durable and was not applied; retry later"
             ) from None
         size = self._wal.size()
-        if size > self.snapshot_wal_bytes or size > max(
+        if (size > self.snapshot_wal_bytes or size > max(
             MIN_SNAPSHOT_WAL_BYTES, self._snapshot_bytes
-        ):
+        )) and not (self.fenced and self.fenced.prepared):  # a part snapshots between writes
             self._snapshot_locked()
 
     def add(
@@ -436,14 +488,77 @@ class Collection:
             if type(index).needs_training:
                 self._log(walmod.OP_TRAIN, {"n": int(x.shape[0])}, (x.tobytes(),))
 
+    # -- fenced part writes (fenced.py, docs/cluster.md "Writes") ------------------------------
+
+    def part_prepare(self, term: int, attempt: int, ops: list[PartOp],
+                     deadline: float | None = None) -> dict:
+        """Phase one: check the ballot and the ops, store them durably, apply nothing."""
+        with self._write(deadline, part=True) as index:
+            state = self.fenced or FencedState()
+            state.check_prepare(term, attempt)
+            meta, blobs = [], []
+            for op in ops:
+                _check_unique(op.ids, "ids of a part op must be unique")
+                if not op.remove:
+                    x = self.items.check(index, op.x)
+                    if self.items.count(x) != op.ids.size:
+                        raise InvalidIdError(f"a part op has {op.ids.size} ids for "
+                                             f"{self.items.count(x)} vectors")
+                    blobs.append(self.items.to_bytes(x))
+                meta.append({"pseq": int(op.pseq), "remove": bool(op.remove)})
+                blobs.append(op.ids.tobytes())
+            if not index.is_trained:
+                raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
+            # state first: a snapshot the append may start must not drop these ops (it waits
+            # while ops are prepared); a failed append reloads state and index from disk
+            state.prepare(term, attempt, ops)
+            self.fenced = state
+            self._log(walmod.OP_PART_PREPARE, {"term": term, "attempt": attempt, "ops": meta},
+                      tuple(blobs))
+            return self._part_state(index)
+
+    def part_sync(self, term: int, ballot: tuple[int, int] = (0, 0), first: int = 0,
+                  through: int = 0, deadline: float | None = None) -> dict:
+        """Phase two: fence at ``term``, then apply the prepared ops [first, through] of
+        ``ballot`` if this replica can (see FencedState.ops_to_apply); report what it holds."""
+        with self._write(deadline, part=True) as index:
+            state = self.fenced or FencedState()
+            state.check_term(term)
+            ops = state.ops_to_apply(ballot, first, through) if through else []
+            raised = term > state.term
+            if ops or raised:
+                if ops:
+                    with self._rw.write():
+                        for op in ops:
+                            _apply_part_op(index, op)
+                    state.mark_applied(through)
+                state.raise_term(term)
+                self.fenced = state  # a failed append reloads state and index from disk
+                # a lost sync record is repaired by the leader's next sync; a raised term must
+                # survive a crash, so that record is fsynced
+                self._log(walmod.OP_PART_SYNC, {"term": term, "ballot": list(ballot),
+                                                "first": first, "through": through if ops else 0},
+                          (), sync=raised)
+            self.fenced = self.fenced or state
+            return self._part_state(index)
+
+    def _part_state(self, index: Index) -> dict:
+        st = self.fenced
+        return {"term": st.term, "applied": st.applied, "count": len(index)}
+
     def snapshot(self, deadline: float | None = None) -> int:
         """Save the index as a new generation and start an empty log. Returns the item count."""
-        with self._write(deadline) as index:
+        with self._write(deadline, part=True) as index:
             self._snapshot_locked()
             return len(index)
 
     def _snapshot_locked(self) -> None:
         g = self.generation + 1
+        if self.fenced is not None:  # before the snapshot file: the snapshot is the commit point
+            from ..index import atomic_write
+
+            state = json.dumps(self.fenced.to_json()).encode()
+            atomic_write(self.path / f"part-{g}.json", lambda f: f.write(state))
         with self._rw.read():  # searches go on; writes are held by the writer lock
             self.index.save(self.path / f"snapshot-{g}.idx")
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size
@@ -451,16 +566,20 @@ class Collection:
         old_wal, old_g = self._wal, self.generation
         self._wal, self.generation = new_wal, g
         old_wal.close()
-        for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log"):
+        for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log", f"part-{old_g}.json"):
             (self.path / f).unlink(missing_ok=True)
         fsync_dir(self.path)
         log.info("collection %s: snapshot generation %d (%d items)", self.name, g, len(self.index))
 
-    def export_bytes(self, deadline: float | None = None) -> bytes:
-        """Snapshot, then return the snapshot file's bytes (for copying to another node)."""
-        with self._write(deadline):
+    def export(self, deadline: float | None = None) -> tuple[dict, bytes]:
+        """Snapshot, then return the config (with a part replica's fencing state) and the
+        snapshot file's bytes (for copying to another node)."""
+        with self._write(deadline, part=True):
             self._snapshot_locked()
-            return (self.path / f"snapshot-{self.generation}.idx").read_bytes()
+            config = dict(self.config)
+            if self.fenced is not None:
+                config["part_state"] = self.fenced.to_json()
+            return config, (self.path / f"snapshot-{self.generation}.idx").read_bytes()
 
     def close(self) -> None:
         with self._writer:
@@ -525,12 +644,27 @@ class Store:
 
     def import_collection(self, name: str, config: dict, data: bytes) -> Collection:
         """Install a collection from another node's snapshot bytes, replacing one of that name.
-        The file is verified (checksum) before anything is replaced."""
+        The file is verified (checksum) before anything is replaced. A part replica's copy
+        carries ``part_state`` (its source's fencing state) and ``fence_term`` (the copying
+        leader's term): a replica that has seen a newer term refuses it."""
         check_name(name)
+        config = dict(config)
+        part_state = config.pop("part_state", None)
+        fence_term = int(config.pop("fence_term", 0) or 0)
         with self._lock:
+            old = self._collections.get(name)
+            if old is not None and old.fenced is not None:
+                old.fenced.check_term(fence_term)
             tmp = self.root / f".import-{uuid.uuid4().hex}"
             tmp.mkdir()
             try:
+                if part_state is not None:
+                    st = FencedState.from_json(part_state)
+                    st.raise_term(fence_term)
+                    with open(tmp / "part-1.json", "w") as f:
+                        json.dump(st.to_json(), f)
+                        f.flush()
+                        os.fsync(f.fileno())
                 with open(tmp / "collection.json", "w") as f:
                     json.dump(config, f)
                     f.flush()

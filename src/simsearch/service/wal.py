@@ -32,6 +32,9 @@ OP_ADD = 1
 OP_REMOVE = 2
 OP_UPSERT = 3
 OP_TRAIN = 4
+#: fenced part writes (fenced.py): ops stored before the leader's commit, then applied by a sync
+OP_PART_PREPARE = 5
+OP_PART_SYNC = 6
 
 
 class WalCorruptError(CorruptIndexError):
@@ -143,16 +146,20 @@ class WriteAheadLog:
     def size(self) -> int:
         return self._f.tell()
 
-    def append(self, op: int, meta: dict, blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
-        """Write one record and fsync it. On failure the partial record is cut off again and
-        the OSError propagates (the caller must treat the write as not made)."""
+    def append(self, op: int, meta: dict, blobs: list[bytes] | tuple[bytes, ...] = (),
+               sync: bool = True) -> None:
+        """Write one record and fsync it (``sync=False``: the next synced append, or the OS,
+        makes it durable; for records whose loss a replay repairs). On failure the partial
+        record is cut off again and the OSError propagates (the caller must treat the write as
+        not made)."""
         rec = encode(op, meta, blobs)
         with self._lock:
             start = self._f.tell()
             try:
                 self._f.write(rec)
                 self._f.flush()
-                os.fsync(self._f.fileno())
+                if sync:
+                    os.fsync(self._f.fileno())
             except OSError:
                 try:
                     self._f.truncate(start)

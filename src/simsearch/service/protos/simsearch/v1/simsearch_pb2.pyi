@@ -190,6 +190,56 @@ class ListBlobsResponse(_message.Message):
     blobs: _containers.RepeatedCompositeFieldContainer[BlobInfo]
     def __init__(self, blobs: _Optional[_Iterable[_Union[BlobInfo, _Mapping]]] = ...) -> None: ...
 
+class PartOp(_message.Message):
+    __slots__ = ("pseq", "remove", "vectors", "ids")
+    PSEQ_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    VECTORS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    pseq: int
+    remove: bool
+    vectors: Matrix
+    ids: bytes
+    def __init__(self, pseq: _Optional[int] = ..., remove: _Optional[bool] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[bytes] = ...) -> None: ...
+
+class PartPrepareRequest(_message.Message):
+    __slots__ = ("collection", "term", "attempt", "ops")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    term: int
+    attempt: int
+    ops: _containers.RepeatedCompositeFieldContainer[PartOp]
+    def __init__(self, collection: _Optional[str] = ..., term: _Optional[int] = ..., attempt: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[PartOp, _Mapping]]] = ...) -> None: ...
+
+class PartSyncRequest(_message.Message):
+    __slots__ = ("collection", "term", "ballot_term", "ballot_attempt", "first", "through")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    BALLOT_TERM_FIELD_NUMBER: _ClassVar[int]
+    BALLOT_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    THROUGH_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    term: int
+    ballot_term: int
+    ballot_attempt: int
+    first: int
+    through: int
+    def __init__(self, collection: _Optional[str] = ..., term: _Optional[int] = ..., ballot_term: _Optional[int] = ..., ballot_attempt: _Optional[int] = ..., first: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
+
+class PartState(_message.Message):
+    __slots__ = ("term", "applied", "count")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    applied: int
+    count: int
+    def __init__(self, term: _Optional[int] = ..., applied: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
 class ServerInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

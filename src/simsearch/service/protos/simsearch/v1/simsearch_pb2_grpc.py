@@ -114,6 +114,16 @@ class SimSearchStub:
                 request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListCollectionsRequest.SerializeToString,
                 response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListBlobsResponse.FromString,
                 _registered_method=True)
+        self.PartPrepare = channel.unary_unary(
+                '/simsearch.v1.SimSearch/PartPrepare',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartPrepareRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.FromString,
+                _registered_method=True)
+        self.PartSync = channel.unary_unary(
+                '/simsearch.v1.SimSearch/PartSync',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartSyncRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.FromString,
+                _registered_method=True)
 
 
 class SimSearchServicer:
@@ -218,6 +228,20 @@ class SimSearchServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PartPrepare(self, request, context):
+        """Added for the pyramid data plane: fenced part writes; servers without them answer
+        UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PartSync(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SimSearchServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -300,6 +324,16 @@ def add_SimSearchServicer_to_server(servicer, server):
                     servicer.ListBlobs,
                     request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListCollectionsRequest.FromString,
                     response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListBlobsResponse.SerializeToString,
+            ),
+            'PartPrepare': grpc.unary_unary_rpc_method_handler(
+                    servicer.PartPrepare,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartPrepareRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.SerializeToString,
+            ),
+            'PartSync': grpc.unary_unary_rpc_method_handler(
+                    servicer.PartSync,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartSyncRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -734,6 +768,60 @@ class SimSearch:
             '/simsearch.v1.SimSearch/ListBlobs',
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListCollectionsRequest.SerializeToString,
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.ListBlobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PartPrepare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/PartPrepare',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartPrepareRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PartSync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/PartSync',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartSyncRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,104 @@
+"""Fenced, ordered writes to a Pyramid part replica (docs/cluster.md, "Writes").
+
+The cluster's leader writes a part in two phases. **Prepare** stores the write's ops durably on
+each replica without applying them; then the leader appends the write's routing decisions to the
+router log in etcd (the commit point); then **sync** applies the prepared ops. Every call carries
+a ballot (term, attempt): the term is the leader's election revision, the attempt grows with every
+write the leader tries. A replica
+
+- refuses a prepare whose ballot is below the highest it has seen, and a sync whose term is below
+  the highest term it has seen (``StaleTermError``, FAILED_PRECONDITION): a deposed or paused
+  leader cannot land anything once its successor has touched the replica;
+- numbers its writes by part sequence (``pseq`` 1, 2, ...) and applies them strictly in order:
+  a sync applies [first, through] only if the replica applied exactly first - 1 and holds every
+  op of that range prepared under the write's ballot; otherwise it applies nothing and reports
+  what it has (the leader then repairs it); a replay of an applied sequence is a no-op.
+
+So replicas that report the same ``applied`` hold the same items, and an op that was prepared but
+never committed (its leader lost the log append) is never applied: no ghosts.
+
+This module is the pure state; ``store.Collection`` logs each step in its write-ahead log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import StaleTermError
+
+
+@dataclass(frozen=True)
+class PartOp:
+    """One op of a part write: remove ``ids`` (missing ones skipped) or upsert ``x`` as ``ids``."""
+
+    pseq: int
+    remove: bool
+    ids: np.ndarray
+    x: np.ndarray | None = None
+
+
+Ballot = tuple[int, int]
+
+
+@dataclass
+class FencedState:
+    """A part replica's fencing and ordering state (see the module docstring)."""
+
+    term: int = 0
+    attempt: int = 0  # with term: the highest ballot seen by a prepare
+    applied: int = 0
+    prepared: dict[int, tuple[Ballot, PartOp]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"term": self.term, "attempt": self.attempt, "applied": self.applied}
+
+    @classmethod
+    def from_json(cls, d: dict) -> FencedState:
+        return cls(int(d["term"]), int(d["attempt"]), int(d["applied"]))
+
+    def check_prepare(self, term: int, attempt: int) -> None:
+        if (term, attempt) < (self.term, self.attempt):
+            raise StaleTermError(
+                f"part write from leader term {term} (attempt {attempt}) refused: this replica "
+                f"has seen term {self.term} (attempt {self.attempt})")
+
+    def check_term(self, term: int) -> None:
+        if term < self.term:
+            raise StaleTermError(
+                f"part call from leader term {term} refused: this replica has seen term "
+                f"{self.term}")
+
+    def prepare(self, term: int, attempt: int, ops: list[PartOp]) -> None:
+        self.term, self.attempt = term, attempt
+        for op in ops:
+            if op.pseq > self.applied:  # a replayed prepare of an applied op changes nothing
+                self.prepared[op.pseq] = ((term, attempt), op)
+
+    def raise_term(self, term: int) -> bool:
+        """Fence at ``term``; True if that raised it (the caller makes it durable)."""
+        if term <= self.term:
+            return False
+        self.term, self.attempt = term, 0
+        return True
+
+    def ops_to_apply(self, ballot: Ballot, first: int, through: int) -> list[PartOp] | None:
+        """The prepared ops a sync applies, in order; [] if they are applied already; None if
+        this replica cannot apply them (it missed a write or holds another ballot's ops)."""
+        if through <= self.applied:
+            return []
+        if first != self.applied + 1:
+            return None
+        ops = []
+        for s in range(first, through + 1):
+            entry = self.prepared.get(s)
+            if entry is None or entry[0] != ballot:
+                return None
+            ops.append(entry[1])
+        return ops
+
+    def mark_applied(self, through: int) -> None:
+        self.applied = max(self.applied, through)
+        for s in [s for s in self.prepared if s <= self.applied]:
+            del self.prepared[s]
