@@ -16,11 +16,14 @@ import concurrent.futures
 import contextlib
 import contextvars
 import hashlib
+import itertools
 import json
 import logging
 import threading
 import time
 from typing import Any
+
+import numpy as np
 
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import SearchResult, as_id_array, as_matrix
@@ -105,6 +108,8 @@ class ClusterCollection:
                     self.router, self.applied = self._new_router(), 0
                 else:
                     self._load_checkpoint(meta)
+                if self.coord.is_leader():  # replicas may hold commits this copy logged but
+                    self.coord.reconcile()  # never applied (a write whose append was unknown)
             recs = self.coord.etcd.get_from(f"log/{self.name}/",
                                             _log_key(self.name, self.applied + 1))
             for key, value, _ in recs:
@@ -202,19 +207,106 @@ class ClusterCollection:
         log.info("%s: router checkpoint at log record %d (%d bytes on shards %s)", self.name,
                  seq, len(data), holders)
 
-    def _write(self, fn):
+    def _write(self, fn, deadline: float | None = None):
+        """One write on the leader: ``fn(router)`` plans it on the router copy (in memory,
+        briefly under the router's own lock, so searches go on), then the parts take it in two
+        fenced phases around the log append (``_replicate``). A write that fails anywhere
+        drops the copy, which reloads from the checkpoint and the log."""
         coord = self.coord
         coord.require_leader()
         with self.write_lock:
             router = self.current()
-            router.journal = []
+            router.journal, router.defer_writes = [], []
             try:
                 out = fn(router)
+            except BaseException:
+                if router.journal:  # planning changed the copy before it failed
+                    self.router = None
+                raise
             finally:
-                records, router.journal = router.journal, None
-                if records:  # what reached the parts is logged even if the rest failed
-                    self._append(records)
+                records, jobs = router.journal, router.defer_writes
+                router.journal = router.defer_writes = None
+            if records:
+                try:
+                    self._replicate(router, records, jobs, deadline)
+                except BaseException:
+                    self.router = None
+                    raise
             return out
+
+    def _replicate(self, router, records: list[dict], jobs: list, deadline: float | None
+                   ) -> None:
+        """Phase one: every in-sync replica of each part concerned prepares the part's ops
+        (numbered by part sequence, under this leader's ballot); a part that no replica
+        prepared aborts the write (nothing applied anywhere). Commit: the routing decisions and
+        the sequences go to the router log (fenced by the election). Phase two: the replicas
+        that prepared apply the ops; one that missed either phase is marked out of sync and
+        caught up in the background (docs/cluster.md, "Writes")."""
+        from ..service.fenced import PartOp
+
+        coord = self.coord
+        term, attempt = coord.term(), coord.next_attempt()
+        by_part: dict[int, list] = {}
+        for p, op, args in jobs:
+            ops = by_part.setdefault(p, [])
+            seq = int(router.part_seq[p]) + len(ops) + 1
+            ops.append(PartOp(seq, True, args[0]) if op == "remove"
+                       else PartOp(seq, False, args[1], args[0]))
+        parts = {p: router.parts[p] for p in sorted(by_part)}
+        timeout = coord.pool.timeout if deadline is None else max(
+            0.05, min(coord.pool.timeout, deadline - time.monotonic()))
+        with contextlib.ExitStack() as locks:
+            for part in parts.values():  # in part order: no two writers wait on each other
+                locks.enter_context(part.write_lock)
+            targets = {p: [s for s in part.shards if coord.pool.in_sync(part.name, s)]
+                       for p, part in parts.items()}
+            prepared = self._on_replicas(
+                parts, targets, lambda p, part, sid: part.prepare(sid, term, attempt,
+                                                                  by_part[p], timeout))
+            for p, part in parts.items():
+                if not prepared[p]:
+                    raise ServiceUnavailableError(
+                        f"no replica of part {part.name} took the write (shards "
+                        f"{targets[p]}); nothing was applied; retry")
+            seq_rec = {"op": "seq", "parts": np.asarray(list(parts), np.int64),
+                       "first": np.asarray([by_part[p][0].pseq for p in parts], np.int64),
+                       "through": np.asarray([by_part[p][-1].pseq for p in parts], np.int64),
+                       "ballot": np.asarray([term, attempt], np.int64)}
+            router.apply_journal([seq_rec])
+            self._append([*records, seq_rec])  # the commit point
+            ballot = (term, attempt)
+            synced = self._on_replicas(
+                parts, prepared, lambda p, part, sid: part.sync(
+                    sid, term, ballot, by_part[p][0].pseq, by_part[p][-1].pseq, timeout))
+            for p, part in parts.items():
+                through = by_part[p][-1].pseq
+                current = [s for s, st in synced[p].items() if st["applied"] == through]
+                for sid in targets[p]:
+                    if sid not in current:  # missed a phase: no reads until it caught up
+                        coord.pool.mark_out_of_sync(part.name, sid)
+                        coord.pool.mark_down(sid)
+
+    def _on_replicas(self, parts: dict, targets: dict, call) -> dict[int, dict[int, dict]]:
+        """``call(p, part, sid)`` on every target replica at once; ``{p: {sid: answer}}`` of
+        those that answered. A replica that refuses the leader's term means a newer leader
+        exists: NotLeaderError."""
+        from ..service.errors import StaleTermError
+
+        pool = self.coord.pool
+        futs = {(p, sid): pool.executor.submit(contextvars.copy_context().run, call, p, part, sid)
+                for p, part in parts.items() for sid in targets[p]}
+        out: dict[int, dict[int, dict]] = {p: {} for p in parts}
+        stale = None
+        for (p, sid), f in futs.items():
+            try:
+                out[p][sid] = f.result()
+            except StaleTermError as exc:
+                stale = exc
+            except Exception as exc:  # a replica that did not answer: judged by the caller
+                log.warning("part write to %s on shard %d failed: %r", parts[p].name, sid, exc)
+        if stale is not None:
+            raise NotLeaderError(f"a shard refused this leader's term: {stale}")
+        return out
 
     # -- the store collection surface (what the servicer calls) -----------------------------
 
@@ -254,7 +346,7 @@ class ClusterCollection:
             self.catch_up()
             return out
 
-        return self.coord.forward(forwarded, local=lambda: self._write(write),
+        return self.coord.forward(forwarded, local=lambda: self._write(write, deadline),
                                   idempotent=idempotent, deadline=deadline)
 
     def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None):
@@ -311,10 +403,11 @@ class ClusterCollection:
                 self._checkpoint_locked(self.applied)
             return len(r)
 
-    def export_bytes(self, deadline: float | None = None) -> bytes:
+    def export(self, deadline: float | None = None) -> tuple[dict, bytes]:
+        """The collection's config and its router's file (``open_router``)."""
         with self.write_lock:
             self.current()
-            return self._router_bytes()
+            return self.config, self._router_bytes()
 
     def close(self) -> None:
         self.router = None
@@ -349,8 +442,9 @@ class Coordinator:
         self._cancel_log_watch = None
         self._forwarder = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="forward")
         self.queries = 0  # searched through this coordinator (a metric)
+        self._attempts = itertools.count(1)
         self.pool = ShardPool(self.state, is_leader=self.is_leader, fence=self.fence,
-                              **(pool_options or {}))
+                              term=self.term, **(pool_options or {}))
         self.state.listeners.append(self._on_state)
 
     def start(self, address: str) -> Coordinator:
@@ -381,6 +475,18 @@ class Coordinator:
 
     def require_leader(self) -> None:
         self.fence()
+
+    def term(self) -> int:
+        """This leader's term (its election revision): the fencing token of its part writes."""
+        term = self.election.term() if self.election is not None else None
+        if term is None:
+            raise NotLeaderError("this coordinator is not the elected leader")
+        return int(term)
+
+    def next_attempt(self) -> int:
+        """A number that grows with every part write this process tries (the ballot's second
+        half: a late prepare of an abandoned attempt is refused)."""
+        return next(self._attempts)
 
     def _on_lost(self, reason: str) -> None:
         log.warning("coordinator %s: no longer the leader (%s)", self.address, reason)
@@ -634,10 +740,16 @@ class Coordinator:
             was = leading
 
     def _take_over(self) -> None:
-        """A new leader: every router current to the end of the log, every shard checked."""
+        """A new leader: every router current to the end of the log, every replica fenced at
+        this term and brought to its part's committed sequence (``reconcile``)."""
         log.warning("coordinator %s: leading", self.address)
         for name in self.names():
             self.get(name).catch_up()
+        self.reconcile()
+
+    def reconcile(self) -> None:
+        """Check every shard's replicas in the background (RemotePart.catch_up): fence them at
+        this leader's term, apply the commits they missed, re-copy the stale ones."""
         for sid in self.state.shards():
             self.pool.recover(sid)
 
@@ -655,6 +767,8 @@ class Coordinator:
         gone = {s for s, t in self._since_unregistered.items() if now - t > self.replace_after}
         draining = self.state.draining() | gone
         active = [s for s in self.active_shards() if self.pool.up.get(s)]
+        for sid in self.pool.stale_replicas() & set(active):  # retry catch-ups that failed
+            self.pool.recover(sid)
         move = next_move(cmap, active, draining)
         if move is not None:
             self._move(move)
@@ -667,8 +781,9 @@ class Coordinator:
                 log.warning("shard %d drained and retired", s)
 
     def _move(self, move) -> None:
-        """Copy a part replica to its new shard under the part's write lock, switch the map
-        (reads and writes go to the new copy), then drop the old copy."""
+        """Copy a current part replica to its new shard under the part's write lock (writes
+        to that part wait; searches go on), switch the map (reads and writes go to the new
+        copy), then drop the old copy."""
         name = move.part.rsplit(".p", 1)[0]
         self.get(name).current()  # the part objects exist once the router is loaded
         part = self.pool.parts.get(move.part)
@@ -683,7 +798,13 @@ class Coordinator:
             if not sources:
                 log.warning("cannot move %s: no in-sync replica is up", move.part)
                 return
+            term = self.term()
+            if part.bring_up_to_date(sources[0], term) != part.committed():
+                log.warning("cannot move %s yet: shard %d has not applied every write",
+                            move.part, sources[0])
+                return
             config, data = self.pool.client(sources[0]).export_collection(move.part)
+            config["fence_term"] = term
             self.pool.client(move.target).import_collection(move.part, config, data)
 
             def switch(e):

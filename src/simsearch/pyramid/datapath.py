@@ -62,7 +62,8 @@ class ShardPool:
     client-side router)."""
 
     def __init__(self, state, *, is_leader: Callable[[], bool] = lambda: False,
-                 fence: Callable[[], list] | None = None, timeout: float = 30.0,
+                 fence: Callable[[], list] | None = None,
+                 term: Callable[[], int] | None = None, timeout: float = 30.0,
                  health_interval: float = 0.2, hedge_fraction: float = 0.1,
                  token: str | None = None, tls_ca: str | None = None):
         from functools import partial
@@ -73,12 +74,15 @@ class ShardPool:
         self.state = state
         self.is_leader = is_leader
         self.fence = fence
+        self.term = term  # the leader's term (its fencing token for part writes)
         self.timeout = timeout
         self.clients: dict[int, Any] = {}
         self._probes: dict[int, Any] = {}
         self._addresses: dict[int, str] = {}
         self.up: dict[int, bool] = {}
         self.parts: dict[str, RemotePart] = {}
+        #: one write lock per part name, shared by every router copy's RemotePart of it
+        self.part_locks: dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._lock = threading.RLock()
         self._lat: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=LATENCY_WINDOW))
@@ -137,8 +141,8 @@ class ShardPool:
         return sid in self.state.part_entry(name)["in_sync"]
 
     def mark_out_of_sync(self, name: str, sid: int) -> None:
-        """The leader records that a replica missed a write (it gets no reads until re-copied);
-        elsewhere this only routes around the shard."""
+        """The leader records that a replica missed a write (it gets no reads until it caught
+        up); elsewhere this only routes around the shard."""
         if not self.is_leader():
             self.mark_down(sid)
             return
@@ -205,17 +209,32 @@ class ShardPool:
             self.up[sid] = False
 
     def _recover(self, sid: int) -> None:
-        """A shard is back: check each of its parts, re-copy the stale ones, then serve."""
+        """A shard is back (or a new leader checks it): bring each of its part replicas up to
+        date; one that cannot be yet is marked out of sync (the leader retries it); then the
+        shard serves the rest."""
         try:
+            stale = []
             for part in list(self.parts.values()):
                 if sid in part.shards:
-                    part.catch_up(sid)
-            self.up[sid] = True
-            log.warning("shard %d is serving", sid)
+                    try:
+                        part.catch_up(sid)
+                    except Exception as exc:
+                        stale.append(part.name)
+                        log.warning("%s on shard %d could not catch up yet: %s", part.name, sid,
+                                    exc)
+                        self.mark_out_of_sync(part.name, sid)
+            self.up[sid] = self._probe(sid)
+            log.warning("shard %d is %s%s", sid, "serving" if self.up[sid] else "down",
+                        f" (stale: {', '.join(stale)})" if stale else "")
         except Exception as exc:
-            log.warning("shard %d could not catch up yet (%s); will retry", sid, exc)
+            log.warning("shard %d could not be checked yet (%s); will retry", sid, exc)
         finally:
             self._recovering.discard(sid)
+
+    def stale_replicas(self) -> set[int]:
+        """Shards holding a replica marked out of sync (the leader retries them)."""
+        return {s for name in self.parts for s in self.replicas_of(name)
+                if not self.in_sync(name, s)}
 
     def serving(self, part: RemotePart) -> list[int]:
         """In-sync replicas of ``part`` to read from: those up, or when none is up, all in-sync
@@ -268,7 +287,7 @@ class ShardPool:
             name = f"{index.part_prefix}.p{j}"
             part = RemotePart(self, name, {
                 "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
-                "params": index.sub_params})
+                "params": index.sub_params}, index, j)
             self.parts[name] = part
             out.append(part)
         if self.is_leader():
@@ -278,14 +297,16 @@ class ShardPool:
 
 
 class RemotePart:
-    """One part on its replicas, with the Index surface PyramidIndex uses."""
+    """One part on its replicas: the Index surface PyramidIndex searches through, and the
+    leader's fenced two-phase writes and replica catch-up (docs/cluster.md, "Writes")."""
 
     #: a search may carry ``per_query`` parameters (the shard's store splits the batch by them)
     per_query_params = True
 
-    def __init__(self, pool: ShardPool, name: str, config: dict):
+    def __init__(self, pool: ShardPool, name: str, config: dict, router=None, index: int = 0):
         self.pool, self.name, self.config = pool, name, config
-        self.write_lock = threading.Lock()
+        self.router, self.index = router, index  # the router whose part ``index`` this is
+        self.write_lock = pool.part_locks[name]
         self._rr = 0
 
     @property
@@ -313,53 +334,34 @@ class RemotePart:
         return self.pool.client(sid).collection_handle(self.name, c["dim"], c["metric"],
                                                         c["kind"])
 
-    # -- writes -----------------------------------------------------------------------------
+    # -- the leader's writes (called with ``write_lock`` held) ------------------------------
 
-    def _write_all(self, fn) -> None:
-        """Apply a write on every in-sync replica; wait for all of them before deciding.
+    def prepare(self, sid: int, term: int, attempt: int, ops: list, timeout: float) -> dict:
+        return self.pool.client(sid).part_prepare(self.name, term, attempt, ops, timeout)
 
-        A replica that failed (transient error, or any error while a peer took the write) is
-        marked out of sync so recovery re-copies it; the write raises only when no replica took
-        it -- a request error every replica refused leaves the part unchanged (docs/cluster.md)."""
-        from ..service.errors import ServiceError, ServiceUnavailableError
+    def sync(self, sid: int, term: int, ballot=(0, 0), first: int = 0, through: int = 0,
+             timeout: float | None = None) -> dict:
+        return self.pool.client(sid).part_sync(self.name, term, ballot, first, through,
+                                               timeout or self.pool.timeout)
 
-        with self.write_lock:
-            targets = [s for s in self.shards if self.pool.in_sync(self.name, s)]
-            futs = {s: self.pool.executor.submit(lambda s=s: fn(self._col(s))) for s in targets}
-            ok: list[int] = []
-            failed: dict[int, BaseException] = {}
-            for s, f in futs.items():
-                try:
-                    f.result()
-                    ok.append(s)
-                except Exception as exc:  # judged below, after every replica answered
-                    failed[s] = exc
-            refused = None  # the first request error (not a replica failure)
-            for s, exc in failed.items():
-                transient = not isinstance(exc, ServiceError) or exc.code in _TRANSIENT
-                if transient:
-                    log.warning("write to %s on shard %d failed: %r", self.name, s, exc)
-                    self.pool.mark_down(s)
-                    self.pool.mark_out_of_sync(self.name, s)
-                elif ok:  # a peer took it: this replica now differs
-                    log.warning("shard %d refused a write to %s that shard %d took: %r",
-                                s, self.name, ok[0], exc)
-                    self.pool.mark_out_of_sync(self.name, s)
-                elif refused is None:
-                    refused = exc
-            if ok:
-                return
-            if refused is not None:
-                raise refused
-            raise ServiceUnavailableError(
-                f"no in-sync replica of part {self.name} took the write "
-                f"(failed on shards {sorted(failed)}); retry later")
+    def _current(self) -> RemotePart:
+        """The RemotePart of the router copy in use now (a reloaded router makes new ones)."""
+        return self.pool.parts.get(self.name, self)
 
-    def add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        self._write_all(lambda col: col.add(x, ids, upsert=True))
+    def bring_up_to_date(self, sid: int, term: int) -> int:
+        """Fence the replica on ``sid`` at ``term`` and apply the committed writes it holds
+        prepared but missed the commit of (the router remembers the last PART_HISTORY); returns
+        the sequence it has applied. Call with ``write_lock`` held."""
+        cur = self._current()
+        st = self.sync(sid, term)
+        for first, through, ballot in cur.router.committed_writes(cur.index):
+            if through > st["applied"]:
+                st = self.sync(sid, term, ballot, first, through)
+        return st["applied"]
 
-    def remove(self, ids: np.ndarray) -> None:
-        self._write_all(lambda col: col.remove(ids, missing_ok=True))
+    def committed(self) -> int:
+        cur = self._current()
+        return int(cur.router.part_seq[cur.index])
 
     def __len__(self) -> int:
         for s in self.pool.serving(self):
@@ -386,28 +388,45 @@ class RemotePart:
     # -- recovery ---------------------------------------------------------------------------
 
     def catch_up(self, sid: int) -> None:
-        """Bring the replica on ``sid`` up to date from an in-sync peer (under the write lock,
-        so no write slips between the copy and the replica's return)."""
+        """Bring the replica on ``sid`` to the part's committed sequence and mark it in sync
+        (the leader; under the part's write lock, so no write slips in between): apply what it
+        holds prepared, else copy a replica that is current (``ExportCollection`` /
+        ``ImportCollection``, carrying the fencing state). Works when every replica missed the
+        last commits: they hold the ops prepared. Raises if no replica is current yet."""
         from ..service.errors import CollectionNotFoundError
 
+        term = self.pool.term()
         with self.write_lock:
-            peers = [s for s in self.shards if s != sid and self.pool.in_sync(self.name, s)
-                     and self.pool.up.get(s)]
-            stale = not self.pool.in_sync(self.name, sid)
-            if not stale and peers:
-                try:
-                    stale = len(self._col(sid)) != len(self._col(peers[0]))
-                except CollectionNotFoundError:
-                    stale = True
-            if not stale:
-                return
-            if not peers:
-                raise SimsearchError(f"{self.name}: no in-sync peer to copy from")
-            config, data = self.pool.client(peers[0]).export_collection(self.name)
-            self.pool.client(sid).import_collection(self.name, config, data)
+            through = self.committed()
+            try:
+                applied = self.bring_up_to_date(sid, term)
+            except CollectionNotFoundError:  # a shard that lost its disk
+                applied = -1
+            if applied > through:
+                raise SimsearchError(f"{self.name} on shard {sid} applied {applied}, past the "
+                                     f"committed {through}: this router is behind the log")
+            if applied < through:
+                self._copy_to(sid, term, through, applied)
             self.pool.mark_in_sync(self.name, sid)
-            log.warning("part %s on shard %d re-copied from shard %d (%d bytes)", self.name, sid,
-                        peers[0], len(data))
+
+    def _copy_to(self, sid: int, term: int, through: int, applied: int) -> None:
+        peers = sorted((s for s in self.shards if s != sid), key=lambda s: not self.pool.up.get(s))
+        for peer in peers:
+            try:
+                if self.bring_up_to_date(peer, term) != through:
+                    continue
+                config, data = self.pool.client(peer).export_collection(self.name)
+                config["fence_term"] = term
+                self.pool.client(sid).import_collection(self.name, config, data)
+            except Exception as exc:  # try the next peer
+                log.warning("%s: copy from shard %d to %d failed: %s", self.name, peer, sid, exc)
+                continue
+            self.pool.mark_in_sync(self.name, peer)
+            log.warning("part %s on shard %d (applied %d) re-copied from shard %d at %d "
+                        "(%d bytes)", self.name, sid, applied, peer, through, len(data))
+            return
+        raise SimsearchError(f"{self.name}: no replica has applied the committed sequence "
+                             f"{through} yet; will retry")
 
 
 class _PartCall:

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 _FORBIDDEN_SUB = {"pyramid"}
 #: rows of a batch scored against all centres at once while updating the MIPS lists
 _MIPS_CHUNK = 4096
+#: committed part writes remembered per part (first, through, ballot term, ballot attempt): a
+#: replica that missed the commits of up to this many writes applies them from its prepared ops
+PART_HISTORY = 16
 
 
 class CoveredSearchResult(SearchResult):
@@ -235,6 +238,10 @@ class PyramidIndex(Index):
         self.part_prefix: str | None = None
         #: when a list, every write appends its decisions here (see ``apply_journal``)
         self.journal: list | None = None
+        #: when a list, writes append their part jobs ``(part, "add" | "remove", args)`` here
+        #: instead of running them: a cluster's leader sends them itself (fenced, two-phase;
+        #: docs/cluster.md "Writes") while searches go on
+        self.defer_writes: list | None = None
 
     # -- properties -------------------------------------------------------------------------
 
@@ -324,6 +331,10 @@ class PyramidIndex(Index):
         self._home, self._copies = {}, {}
         self._refs: dict[int, dict[int, int]] = {}  # id -> {part: centres there listing it}
         self._counts = np.zeros(self.n_parts, np.int64)
+        #: per part: the last committed part write sequence, and the last PART_HISTORY
+        #: committed writes (first, through, ballot term, ballot attempt), oldest first
+        self.part_seq = np.zeros(self.n_parts, np.int64)
+        self.part_history = np.zeros((self.n_parts, PART_HISTORY, 4), np.int64)
         r = self._params["mips_replicas"] if self.uses_mips_copies else 0
         self._topr_ids = np.full((centres.shape[0], r), -1, np.int64)
         self._topr_scores = np.full((centres.shape[0], r), -np.inf, np.float32)
@@ -461,9 +472,13 @@ class PyramidIndex(Index):
 
     def apply_journal(self, records: list[dict]) -> None:
         """Replay write decisions another router made (a coordinator following the leader's
-        log): the router state changes as if the writes were made here; no part is called."""
+        log): the router state changes as if the writes were made here; no part is called.
+        A ``"seq"`` record advances the parts' committed write sequences."""
         with self._lock.write():
             for rec in records:
+                if rec["op"] == "seq":
+                    self._commit_seq(rec)
+                    continue
                 ids = np.asarray(rec["ids"], np.int64)
                 if rec["op"] == "remove":
                     self._commit_remove(ids)
@@ -472,7 +487,24 @@ class PyramidIndex(Index):
                     self._commit_add(rec)
                     self._idset.add(ids)
 
+    def _commit_seq(self, rec: dict) -> None:
+        term, attempt = (int(v) for v in rec["ballot"])
+        for p, a, b in zip(*(np.asarray(rec[k]).tolist() for k in ("parts", "first", "through")),
+                           strict=True):
+            self.part_seq[p] = max(self.part_seq[p], b)
+            h = self.part_history[p]
+            h[:-1] = h[1:].copy()
+            h[-1] = (a, b, term, attempt)
+
+    def committed_writes(self, part: int) -> list[tuple[int, int, tuple[int, int]]]:
+        """Part ``part``'s remembered committed writes ``(first, through, ballot)``, oldest
+        first."""
+        return [(a, b, (t, at)) for a, b, t, at in self.part_history[part].tolist() if b]
+
     def _run_writes(self, jobs: list) -> None:
+        if self.defer_writes is not None:
+            self.defer_writes.extend(jobs)
+            return
         def run(job):
             p, op, args = job
             getattr(self.parts[p], op)(*args)
@@ -699,6 +731,8 @@ class PyramidIndex(Index):
         arrays["home_parts"] = np.fromiter(self._home.values(), np.int64, len(self._home))
         pairs = [(i, p) for i, ps in self._copies.items() for p in sorted(ps)]
         arrays["copies"] = np.asarray(pairs, np.int64).ravel()  # (id, part) pairs
+        arrays["part_seq"] = self.part_seq
+        arrays["part_history"] = self.part_history.ravel()
         mm, ma = self.meta._get_state()
         meta["meta_hnsw"] = mm
         arrays.update({f"meta.{k}": v for k, v in ma.items()})
@@ -734,6 +768,9 @@ class PyramidIndex(Index):
         for i, p in arrays["copies"].reshape(-1, 2).tolist():
             self._copies.setdefault(i, set()).add(p)
         self._counts = self.part_sizes()
+        if "part_seq" in arrays:  # files from before fenced part writes start at 0
+            self.part_seq = arrays["part_seq"].copy()
+            self.part_history = arrays["part_history"].reshape(self.n_parts, -1, 4).copy()
         self._rebuild_refs()
         if meta.get("remote") or self.parts_factory is not None:
             return

@@ -45,11 +45,11 @@ from ..errors import (
 from ..index import Index, SearchResult, as_id_array, as_matrix, create_index, load
 from . import wal as walmod
 from .errors import (
-    FencedPartError,
     CollectionExistsError,
     CollectionNotFoundError,
     DataLossError,
     DeadlineExceededError,
+    FencedPartError,
     ResourceExhaustedError,
     ServiceUnavailableError,
 )
