@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from netns import Host, Net
-from simsearch.pyramid.control.etcd import Etcd, LocalEtcd
+from simsearch.pyramid.control.etcd import Etcd, LocalEtcd, embedded_is_safe
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class NetCluster:
 
     # -- processes
     def _start(self, role: str, host: Host, argv: list[str]) -> subprocess.Popen:
+        if not embedded_is_safe():  # a developer's machine with only the wheel's etcd
+            argv = [*argv, "--allow-unsafe-etcd"]
         logf = open(self.dir / f"{role}.log", "ab")
         p = host.run([sys.executable, "-m", "simsearch.cli", *argv], stdout=logf,
                      stderr=subprocess.STDOUT, env=_env())

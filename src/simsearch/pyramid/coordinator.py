@@ -831,6 +831,7 @@ def run_coordinator(args) -> int:
 
     token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
     etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
+    etcd.check_server_version(args.allow_unsafe_etcd)
     coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
                         replace_after=args.replace_after,
                         pool_options={"health_interval": args.health_interval, "token": token,

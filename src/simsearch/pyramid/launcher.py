@@ -55,13 +55,17 @@ class _Supervisor:
         self.etcd_url, self.etcd_pid = etcd_url, etcd_pid
         self.procs: dict[str, subprocess.Popen] = {}
         self.info: dict[str, dict] = {}
+        #: the members accept the etcd this launcher embedded for local use, whatever its version
+        #: (etcd_binary() warned); an --etcd URL is checked by each member
+        self.allow_unsafe_etcd = etcd_pid is not None
         self.lock = threading.Lock()
 
     def _common(self, role: str) -> list[str]:
         a = self.args
         return ["--etcd", self.etcd_url, "--cluster", a.cluster, "--host", "127.0.0.1",
                 "--ready-file", str(self.d / f"{role}.ready"), "--log-level", "WARNING",
-                "--threads", str(a.threads), "--lease-ttl", str(a.lease_ttl)]
+                "--threads", str(a.threads), "--lease-ttl", str(a.lease_ttl),
+                *(["--allow-unsafe-etcd"] if self.allow_unsafe_etcd else [])]
 
     def cmd(self, role: str) -> list[str]:
         base = [sys.executable, "-m", "simsearch.pyramid.cli", "cluster"]

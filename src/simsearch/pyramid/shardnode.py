@@ -38,6 +38,7 @@ def run_shard(args) -> int:
     from ..service.server import run_serve
 
     etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
+    etcd.check_server_version(args.allow_unsafe_etcd)
     sid = shard_id(etcd, Path(args.data_dir), args.shard_id)
     if etcd.get(f"retired/{sid}")[0] is not None:
         log.error("shard %d was drained and retired; start a new one with a new --data-dir", sid)

