@@ -119,6 +119,9 @@ class ClusterCollection:
                     return self.catch_up()
                 self.router.apply_journal(routerlog.decode(value))
                 self.applied = seq
+            # the leader's catch-ups read the committed sequences of the parts registered here:
+            # only a copy current to the log's end may serve them
+            self.coord.pool.register(self.router)
 
     def current(self):
         if self.router is None:
@@ -136,16 +139,22 @@ class ClusterCollection:
         """Make a write's decisions durable: one log record, fenced by the election. Raises
         (and drops this copy, which is now ahead of the log) if it did not land."""
         coord = self.coord
+        # the part sequences advance only once committed: a catch-up meanwhile must never apply
+        # ops the log may not hold
+        seqs = [r for r in records if r["op"] == "seq"]
         try:
             data = routerlog.encode(records)
             seq = self.applied + 1
             if data is None:  # too big for etcd: a checkpoint carries this write instead
+                self.router.apply_journal(seqs)
                 self._checkpoint_locked(seq)
             elif not coord.etcd.cas([*coord.fence(),
                                      Compare.absent(_log_key(self.name, seq))],
                                     {_log_key(self.name, seq): data}):
                 raise NotLeaderError("the write's log record was refused: this coordinator is "
                                      "no longer the leader; retry")
+            else:
+                self.router.apply_journal(seqs)
             self.applied = seq
         except (CoordinationError, SimsearchError):
             self.router = None
@@ -272,7 +281,6 @@ class ClusterCollection:
                        "first": np.asarray([by_part[p][0].pseq for p in parts], np.int64),
                        "through": np.asarray([by_part[p][-1].pseq for p in parts], np.int64),
                        "ballot": np.asarray([term, attempt], np.int64)}
-            router.apply_journal([seq_rec])
             self._append([*records, seq_rec])  # the commit point
             ballot = (term, attempt)
             synced = self._on_replicas(
@@ -283,6 +291,10 @@ class ClusterCollection:
                 current = [s for s, st in synced[p].items() if st["applied"] == through]
                 for sid in targets[p]:
                     if sid not in current:  # missed a phase: no reads until it caught up
+                        if sid in synced[p]:
+                            log.warning("%s on shard %d applied %d after the sync of [%d, %d]",
+                                        part.name, sid, synced[p][sid]["applied"],
+                                        by_part[p][0].pseq, through)
                         coord.pool.mark_out_of_sync(part.name, sid)
                         coord.pool.mark_down(sid)
 
@@ -391,6 +403,7 @@ class ClusterCollection:
                 self.router = None
                 raise
             self.applied = seq
+            coord.pool.register(router)
 
     def snapshot(self, deadline: float | None = None) -> int:
         """A router checkpoint now (on the leader)."""

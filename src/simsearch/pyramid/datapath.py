@@ -49,6 +49,11 @@ DEADLINE_MARGIN_MAX = 0.2
 _TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
 
 
+class RouterBehindError(SimsearchError, RuntimeError):
+    """A replica has applied writes past this coordinator's router copy (it is reloading):
+    retry the catch-up later; the replica is not stale."""
+
+
 # ---------------------------------------------------------------------------------------------
 # the shard pool: clients, health, sync state, latency
 
@@ -218,6 +223,8 @@ class ShardPool:
                 if sid in part.shards:
                     try:
                         part.catch_up(sid)
+                    except RouterBehindError as exc:
+                        log.info("%s", exc)
                     except Exception as exc:
                         stale.append(part.name)
                         log.warning("%s on shard %d could not catch up yet: %s", part.name, sid,
@@ -282,18 +289,20 @@ class ShardPool:
         collection ``index.part_prefix``, on the replicas the cluster map assigns."""
         if index.part_prefix is None:
             raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
-        out = []
-        for j in range(n_parts):
-            name = f"{index.part_prefix}.p{j}"
-            part = RemotePart(self, name, {
-                "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
-                "params": index.sub_params}, index, j)
-            self.parts[name] = part
-            out.append(part)
+        out = [RemotePart(self, f"{index.part_prefix}.p{j}", {
+            "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
+            "params": index.sub_params}, index, j) for j in range(n_parts)]
         if self.is_leader():
             for part in out:
                 part.ensure()
         return out
+
+    def register(self, router) -> None:
+        """Make ``router``'s parts the ones recovery and moves act through (a router copy
+        current to the end of the log; a client-side router never registers)."""
+        for part in router.parts:
+            if isinstance(part, RemotePart):
+                self.parts[part.name] = part
 
 
 class RemotePart:
@@ -325,9 +334,8 @@ class RemotePart:
                                                          c["kind"], **c["params"])
             except CollectionExistsError:
                 pass
-            except Exception as exc:
-                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)
-                self.pool.mark_out_of_sync(self.name, sid)
+            except Exception as exc:  # a replica without its collection is re-copied when
+                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)  # checked
 
     def _col(self, sid: int):
         c = self.config
@@ -403,8 +411,9 @@ class RemotePart:
             except CollectionNotFoundError:  # a shard that lost its disk
                 applied = -1
             if applied > through:
-                raise SimsearchError(f"{self.name} on shard {sid} applied {applied}, past the "
-                                     f"committed {through}: this router is behind the log")
+                raise RouterBehindError(f"{self.name} on shard {sid} applied {applied}, past the "
+                                        f"committed {through}: this router copy is behind the "
+                                        "log")
             if applied < through:
                 self._copy_to(sid, term, through, applied)
             self.pool.mark_in_sync(self.name, sid)
