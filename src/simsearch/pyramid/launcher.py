@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import SimsearchError
 from ..index import atomic_write
+from .control.etcd import embedded_is_safe
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class _Supervisor:
         self.info: dict[str, dict] = {}
         #: the members accept the etcd this launcher embedded for local use, whatever its version
         #: (etcd_binary() warned); an --etcd URL is checked by each member
-        self.allow_unsafe_etcd = etcd_pid is not None
+        self.allow_unsafe_etcd = etcd_pid is not None and not embedded_is_safe()
         self.lock = threading.Lock()
 
     def _common(self, role: str) -> list[str]:

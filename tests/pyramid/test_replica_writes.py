@@ -1,0 +1,136 @@
+"""A part's replicas catching up (RemotePart.catch_up) over real shard stores, in process: a part
+whose every replica missed a commit is not lost; a replica that missed a prepare is re-copied
+from a current one; nothing is marked in sync that is not current (docs/cluster.md, "Writes")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("grpc")
+
+from simsearch.pyramid.datapath import RemotePart  # noqa: E402
+from simsearch.service.fenced import PartOp  # noqa: E402
+from simsearch.service.store import Store  # noqa: E402
+
+DIM, NAME, TERM = 4, "docs.p0", 7
+
+
+class StoreClient:
+    """The part calls of a shard's client, straight on its Store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def part_prepare(self, name, term, attempt, ops, timeout=None):
+        return self.store.get(name).part_prepare(term, attempt, ops)
+
+    def part_sync(self, name, term, ballot=(0, 0), first=0, through=0, timeout=None):
+        return self.store.get(name).part_sync(term, ballot, first, through)
+
+    def export_collection(self, name):
+        return self.store.get(name).export()
+
+    def import_collection(self, name, config, data):
+        return self.store.import_collection(name, config, data)
+
+
+class Router:
+    """What catch_up reads of the router: the committed sequence and the recent commits."""
+
+    def __init__(self):
+        self.part_seq = np.zeros(1, np.int64)
+        self.history: list = []
+
+    def committed_writes(self, part):
+        return self.history[-16:]
+
+
+class Pool:
+    def __init__(self, stores):
+        self.clients = {s: StoreClient(st) for s, st in stores.items()}
+        self.in_sync_set = set(stores)
+        self.up = dict.fromkeys(stores, True)
+        self.parts: dict = {}
+        self.part_locks = {NAME: __import__("threading").Lock()}
+        self.timeout = 5.0
+
+    def client(self, sid):
+        return self.clients[sid]
+
+    def replicas_of(self, name):
+        return sorted(self.clients)
+
+    def term(self):
+        return TERM
+
+    def mark_in_sync(self, name, sid):
+        self.in_sync_set.add(sid)
+
+
+def vec(ids):
+    x = np.zeros((len(ids), DIM), np.float32)
+    x[:, 0] = ids
+    return x
+
+
+def write(part, router, sids_prepare, sids_sync, ids, attempt):
+    """One committed write of an upsert to the part: prepared on ``sids_prepare``, synced on
+    ``sids_sync``, committed in the router."""
+    seq = int(router.part_seq[0]) + 1
+    op = PartOp(seq, False, np.asarray(ids, np.int64), vec(ids))
+    for s in sids_prepare:
+        part.prepare(s, TERM, attempt, [op], 5.0)
+    router.part_seq[0] = seq
+    router.history.append((seq, seq, (TERM, attempt)))
+    for s in sids_sync:
+        part.sync(s, TERM, (TERM, attempt), seq, seq)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    stores = {s: Store(tmp_path / f"shard{s}") for s in (0, 1)}
+    for st in stores.values():
+        st.create(NAME, DIM, "l2", "flat", {})
+    pool, router = Pool(stores), Router()
+    part = RemotePart(pool, NAME, {}, router, 0)
+    pool.parts[NAME] = part
+    yield stores, pool, router, part
+    for st in stores.values():
+        st.close()
+
+
+def test_every_replica_missed_the_commit_and_both_catch_up(setup):
+    stores, pool, router, part = setup
+    write(part, router, [0, 1], [0, 1], [1, 2], attempt=1)
+    write(part, router, [0, 1], [], [3], attempt=2)  # both replicas crashed before the sync
+    write(part, router, [0, 1], [], [4], attempt=3)  # (recovery replays the prepared ops)
+    pool.in_sync_set.clear()
+    for sid in (0, 1):
+        part.catch_up(sid)
+    assert pool.in_sync_set == {0, 1}
+    for st in stores.values():
+        assert st.get(NAME).fenced.applied == 3 and len(st.get(NAME).index) == 4
+
+
+def test_a_replica_that_missed_a_prepare_is_copied_from_a_current_one(setup):
+    stores, pool, router, part = setup
+    write(part, router, [0, 1], [0, 1], [1, 2], attempt=1)
+    write(part, router, [0], [0], [3], attempt=2)  # shard 1 was down
+    pool.in_sync_set.discard(1)
+    part.catch_up(1)
+    assert pool.in_sync_set == {0, 1}
+    col = stores[1].get(NAME)
+    assert col.fenced.applied == 2 and len(col.index) == 3 and col.fenced.term == TERM
+
+
+def test_no_current_replica_raises_and_marks_nothing(setup):
+    stores, pool, router, part = setup
+    write(part, router, [0, 1], [0, 1], [1], attempt=1)
+    # committed in the log, but no replica holds the op (a router ahead of every replica)
+    router.part_seq[0] = 2
+    router.history.append((2, 2, (TERM, 9)))
+    pool.in_sync_set.clear()
+    with pytest.raises(Exception, match="no replica has applied"):
+        part.catch_up(0)
+    assert pool.in_sync_set == set()
