@@ -28,7 +28,11 @@ class StoreClient:
     def part_sync(self, name, term, ballot=(0, 0), first=0, through=0, timeout=None):
         return self.store.get(name).part_sync(term, ballot, first, through)
 
+    def part_ops(self, name, after, timeout=None):
+        return self.store.get(name).part_ops(after, 1 << 20)
+
     def export_collection(self, name):
+        self.exports = getattr(self, "exports", 0) + 1
         return self.store.get(name).export()
 
     def import_collection(self, name, config, data):
@@ -54,6 +58,10 @@ class Pool:
         self.parts: dict = {}
         self.part_locks = {NAME: __import__("threading").Lock()}
         self.timeout = 5.0
+        self.attempts = iter(range(100, 10**6))
+
+    def next_attempt(self):
+        return next(self.attempts)
 
     def client(self, sid):
         return self.clients[sid]
@@ -113,15 +121,24 @@ def test_every_replica_missed_the_commit_and_both_catch_up(setup):
         assert st.get(NAME).fenced.applied == 3 and len(st.get(NAME).index) == 4
 
 
-def test_a_replica_that_missed_a_prepare_is_copied_from_a_current_one(setup):
+@pytest.mark.parametrize("peer_snapshotted", [False, True])
+def test_a_replica_that_missed_prepares_gets_the_ops_or_a_copy(setup, peer_snapshotted):
+    """The ops it lacks come from a current peer's log; only when that log was compacted by a
+    snapshot is the whole replica copied."""
     stores, pool, router, part = setup
     write(part, router, [0, 1], [0, 1], [1, 2], attempt=1)
-    write(part, router, [0], [0], [3], attempt=2)  # shard 1 was down
+    for a, i in enumerate(range(3, 40), start=2):  # shard 1 was down for 37 writes
+        write(part, router, [0], [0], [i], attempt=a)
+    if peer_snapshotted:
+        stores[0].get(NAME).snapshot()
     pool.in_sync_set.discard(1)
     part.catch_up(1)
     assert pool.in_sync_set == {0, 1}
     col = stores[1].get(NAME)
-    assert col.fenced.applied == 2 and len(col.index) == 3 and col.fenced.term == TERM
+    assert col.fenced.applied == 38 and len(col.index) == 39 and col.fenced.term == TERM
+    assert getattr(pool.client(0), "exports", 0) == int(peer_snapshotted)
+    np.testing.assert_array_equal(col.search(vec(range(1, 40)), 1, {}).ids[:, 0],
+                                  np.arange(1, 40))
 
 
 def test_no_current_replica_raises_and_marks_nothing(setup):

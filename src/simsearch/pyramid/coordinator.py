@@ -457,7 +457,8 @@ class Coordinator:
         self.queries = 0  # searched through this coordinator (a metric)
         self._attempts = itertools.count(1)
         self.pool = ShardPool(self.state, is_leader=self.is_leader, fence=self.fence,
-                              term=self.term, **(pool_options or {}))
+                              term=self.term, next_attempt=self.next_attempt,
+                              **(pool_options or {}))
         self.state.listeners.append(self._on_state)
 
     def start(self, address: str) -> Coordinator:

@@ -68,7 +68,8 @@ class ShardPool:
 
     def __init__(self, state, *, is_leader: Callable[[], bool] = lambda: False,
                  fence: Callable[[], list] | None = None,
-                 term: Callable[[], int] | None = None, timeout: float = 30.0,
+                 term: Callable[[], int] | None = None,
+                 next_attempt: Callable[[], int] | None = None, timeout: float = 30.0,
                  health_interval: float = 0.2, hedge_fraction: float = 0.1,
                  token: str | None = None, tls_ca: str | None = None):
         from functools import partial
@@ -80,6 +81,7 @@ class ShardPool:
         self.is_leader = is_leader
         self.fence = fence
         self.term = term  # the leader's term (its fencing token for part writes)
+        self.next_attempt = next_attempt  # the leader's write attempts (its ballots' 2nd half)
         self.timeout = timeout
         self.clients: dict[int, Any] = {}
         self._probes: dict[int, Any] = {}
@@ -414,9 +416,42 @@ class RemotePart:
                 raise RouterBehindError(f"{self.name} on shard {sid} applied {applied}, past the "
                                         f"committed {through}: this router copy is behind the "
                                         "log")
-            if applied < through:
+            if applied < through and not (applied >= 0 and self._ship_ops(sid, term, through,
+                                                                            applied)):
                 self._copy_to(sid, term, through, applied)
             self.pool.mark_in_sync(self.name, sid)
+
+    def _ship_ops(self, sid: int, term: int, through: int, applied: int) -> bool:
+        """Repair incrementally: the ops the replica lacks, read from a current peer's log,
+        prepared on it under a fresh ballot and applied. False if no peer's log reaches back
+        that far (then the caller copies a whole replica)."""
+        from ..service.errors import OpsGoneError
+
+        for peer in [s for s in self.shards if s != sid]:
+            try:
+                if self.bring_up_to_date(peer, term) != through:
+                    continue
+                shipped = applied
+                while applied < through:
+                    ops, _ = self.pool.client(peer).part_ops(self.name, applied)
+                    if not ops:
+                        break
+                    ballot = (term, self.pool.next_attempt())
+                    self.prepare(sid, term, ballot[1], ops, self.pool.timeout)
+                    applied = self.sync(sid, term, ballot, ops[0].pseq,
+                                        ops[-1].pseq)["applied"]
+                    if applied != ops[-1].pseq:
+                        break
+            except OpsGoneError:
+                continue
+            except Exception as exc:  # try the next peer, or a copy
+                log.warning("%s: ops from shard %d to %d failed: %s", self.name, peer, sid, exc)
+                continue
+            if applied == through:
+                log.warning("part %s on shard %d caught up from shard %d's log: %d writes",
+                            self.name, sid, peer, through - shipped)
+                return True
+        return False
 
     def _copy_to(self, sid: int, term: int, through: int, applied: int) -> None:
         peers = sorted((s for s in self.shards if s != sid), key=lambda s: not self.pool.up.get(s))

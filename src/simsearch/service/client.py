@@ -370,12 +370,34 @@ class Client:
                                        ballot_attempt=ballot[1], first=first, through=through)
         return self._part_call("PartSync", req, timeout)
 
-    def _part_call(self, method: str, req, timeout: float | None) -> dict[str, int]:
+    def part_ops(self, name: str, after: int, timeout: float | None = None
+                 ) -> tuple[list, int]:
+        """The ops (fenced.PartOp) the part replica applied after sequence ``after`` (a prefix
+        of them if many) and its applied sequence; OpsGoneError if its log was compacted."""
+        from .fenced import PartOp
+
+        r = self._part_rpc("PartOps", self._pb.PartOpsRequest(collection=name, after=after),
+                           timeout)
+        dim = None
+        ops = []
+        for o in r.ops:
+            x = None
+            if not o.remove:
+                dim = dim or o.vectors.cols
+                x = self._convert.from_matrix(o.vectors, dim)
+            ops.append(PartOp(int(o.pseq), bool(o.remove), self._convert.ids_from_bytes(o.ids),
+                              x))
+        return ops, int(r.applied)
+
+    def _part_rpc(self, method: str, req, timeout: float | None):
         try:  # no retry here: the leader decides what a failure means
-            r = getattr(self._stub, method)(req, timeout=timeout or self._timeout(),
-                                            metadata=self._metadata)
+            return getattr(self._stub, method)(req, timeout=timeout or self._timeout(),
+                                               metadata=self._metadata)
         except self._grpc.RpcError as err:
             _raise_from(err)
+
+    def _part_call(self, method: str, req, timeout: float | None) -> dict[str, int]:
+        r = self._part_rpc(method, req, timeout)
         return {"term": int(r.term), "applied": int(r.applied), "count": int(r.count)}
 
     # -- blobs (docs/service.md, "Blobs")

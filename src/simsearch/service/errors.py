@@ -105,6 +105,13 @@ class FencedPartError(ServiceError):
     code = "FAILED_PRECONDITION"
 
 
+class OpsGoneError(ServiceError):
+    """A part replica's WAL no longer holds the ops asked for (a snapshot compacted them): copy
+    the whole replica instead."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class InternalServerError(ServiceError):
     """An unexpected server fault; details are in the server's log only."""
 

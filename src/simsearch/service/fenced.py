@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import StaleTermError
+from .errors import OpsGoneError, StaleTermError  # noqa: F401  (raised by store.part_ops)
 
 
 @dataclass(frozen=True)

@@ -292,5 +292,11 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         return pb.PartState(**st)
 
     @_rpc
+    def PartOps(self, request, context, deadline):
+        ops, applied = self._part(request.collection).part_ops(
+            request.after, self.max_message_bytes // 2, deadline=deadline)
+        return pb.PartOpsResponse(ops=[convert.to_part_op(o) for o in ops], applied=applied)
+
+    @_rpc
     def Snapshot(self, request, context, deadline):
         return pb.SnapshotResponse(count=self.store.get(request.name).snapshot(deadline=deadline))

@@ -50,6 +50,7 @@ from .errors import (
     DataLossError,
     DeadlineExceededError,
     FencedPartError,
+    OpsGoneError,
     ResourceExhaustedError,
     ServiceUnavailableError,
 )
@@ -230,13 +231,16 @@ def _apply_part_op(index: Index, op: PartOp) -> None:
         _upsert(index, op.x, op.ids)
 
 
-def _replay_part(index: Index, state: FencedState, rec: walmod.Record, items: _Vectors) -> None:
-    """Replay one fenced part record (Collection.part_prepare / part_sync)."""
+def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, items: _Vectors,
+                 shape_of: Index | None = None) -> None:
+    """Replay one fenced part record (Collection.part_prepare / part_sync) on ``index`` (None:
+    only the state, e.g. to list applied ops; ``shape_of`` then gives the vectors' shape)."""
     m = rec.meta
     if rec.op == walmod.OP_PART_PREPARE:
         ops, blobs = [], iter(rec.blobs)
         for o in m["ops"]:
-            x = None if o["remove"] else items.from_bytes(next(blobs), index)
+            x = None if o["remove"] else items.from_bytes(
+                next(blobs), index if index is not None else shape_of)
             ops.append(PartOp(o["pseq"], o["remove"], np.frombuffer(next(blobs), np.int64), x))
         state.prepare(m["term"], m["attempt"], ops)
         return
@@ -281,6 +285,7 @@ class Collection:
         self._snapshot_bytes = 0  # size of the snapshot the log follows
         #: set once a Pyramid leader writes this collection as a part replica (fenced.py)
         self.fenced: FencedState | None = None
+        self._wal_base_applied = 0  # the part sequence applied when the current log began
         try:
             self.config = _read_config(path / "collection.json")
         except (OSError, ValueError) as exc:  # this collection is lost, the node's others serve
@@ -334,6 +339,8 @@ class Collection:
                 (self.path / f).unlink(missing_ok=True)
         self.index, self.generation, self.damaged = index, g, None
         self.fenced = fenced
+        self._wal_base_applied = FencedState.from_json(json.loads(part.read_text())).applied \
+            if g and part.exists() else 0
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size if g else 0
         self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
         log.info(
@@ -542,6 +549,38 @@ class Collection:
             self.fenced = self.fenced or state
             return self._part_state(index)
 
+    def part_ops(self, after: int, max_bytes: int, deadline: float | None = None
+                 ) -> tuple[list[PartOp], int]:
+        """The ops this replica applied after sequence ``after``, in order, as many as fit
+        ``max_bytes`` (at least one), and its applied sequence; OpsGoneError if its log no
+        longer reaches back to ``after`` (a snapshot compacted it)."""
+        with self._write(deadline, part=True) as index:
+            st = self.fenced
+            if st is None or after >= st.applied:
+                return [], st.applied if st else 0
+            if after < self._wal_base_applied:
+                raise OpsGoneError(f"{self.name}: the log starts after sequence "
+                                   f"{self._wal_base_applied}; asked for ops after {after}")
+            records, _, _ = walmod.scan(self._wal.path.read_bytes())
+            scratch = FencedState(applied=self._wal_base_applied)
+            out, size = [], 0
+            for rec in records:
+                if rec.op not in _PART_OPS:
+                    continue
+                m = rec.meta
+                if rec.op == walmod.OP_PART_PREPARE:
+                    _replay_part(None, scratch, rec, self.items, index)
+                    continue
+                ops = scratch.ops_to_apply(tuple(m["ballot"]), m["first"], m["through"]) \
+                    if m["through"] else []
+                for op in ops or []:
+                    if op.pseq > after and (not out or size < max_bytes):
+                        out.append(op)
+                        size += op.ids.nbytes + (op.x.nbytes if op.x is not None else 0)
+                if ops:
+                    scratch.mark_applied(m["through"])
+            return out, st.applied
+
     def _part_state(self, index: Index) -> dict:
         st = self.fenced
         return {"term": st.term, "applied": st.applied, "count": len(index)}
@@ -562,6 +601,7 @@ class Collection:
         with self._rw.read():  # searches go on; writes are held by the writer lock
             self.index.save(self.path / f"snapshot-{g}.idx")
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size
+        self._wal_base_applied = self.fenced.applied if self.fenced is not None else 0
         new_wal = WriteAheadLog(self.path / f"wal-{g}.log")
         old_wal, old_g = self._wal, self.generation
         self._wal, self.generation = new_wal, g

@@ -230,6 +230,22 @@ class PartSyncRequest(_message.Message):
     through: int
     def __init__(self, collection: _Optional[str] = ..., term: _Optional[int] = ..., ballot_term: _Optional[int] = ..., ballot_attempt: _Optional[int] = ..., first: _Optional[int] = ..., through: _Optional[int] = ...) -> None: ...
 
+class PartOpsRequest(_message.Message):
+    __slots__ = ("collection", "after")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    after: int
+    def __init__(self, collection: _Optional[str] = ..., after: _Optional[int] = ...) -> None: ...
+
+class PartOpsResponse(_message.Message):
+    __slots__ = ("ops", "applied")
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[PartOp]
+    applied: int
+    def __init__(self, ops: _Optional[_Iterable[_Union[PartOp, _Mapping]]] = ..., applied: _Optional[int] = ...) -> None: ...
+
 class PartState(_message.Message):
     __slots__ = ("term", "applied", "count")
     TERM_FIELD_NUMBER: _ClassVar[int]

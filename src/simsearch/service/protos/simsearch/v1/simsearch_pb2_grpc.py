@@ -124,6 +124,11 @@ class SimSearchStub:
                 request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartSyncRequest.SerializeToString,
                 response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.FromString,
                 _registered_method=True)
+        self.PartOps = channel.unary_unary(
+                '/simsearch.v1.SimSearch/PartOps',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartOpsRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartOpsResponse.FromString,
+                _registered_method=True)
 
 
 class SimSearchServicer:
@@ -242,6 +247,12 @@ class SimSearchServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PartOps(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SimSearchServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -334,6 +345,11 @@ def add_SimSearchServicer_to_server(servicer, server):
                     servicer.PartSync,
                     request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartSyncRequest.FromString,
                     response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.SerializeToString,
+            ),
+            'PartOps': grpc.unary_unary_rpc_method_handler(
+                    servicer.PartOps,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartOpsRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartOpsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -822,6 +838,33 @@ class SimSearch:
             '/simsearch.v1.SimSearch/PartSync',
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartSyncRequest.SerializeToString,
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PartOps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/PartOps',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartOpsRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.PartOpsResponse.FromString,
             options,
             channel_credentials,
             insecure,
