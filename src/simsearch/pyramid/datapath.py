@@ -403,14 +403,14 @@ class RemotePart:
         holds prepared, else copy a replica that is current (``ExportCollection`` /
         ``ImportCollection``, carrying the fencing state). Works when every replica missed the
         last commits: they hold the ops prepared. Raises if no replica is current yet."""
-        from ..service.errors import CollectionNotFoundError
+        from ..service.errors import CollectionNotFoundError, DataLossError
 
         term = self.pool.term()
         with self.write_lock:
             through = self.committed()
             try:
                 applied = self.bring_up_to_date(sid, term)
-            except CollectionNotFoundError:  # a shard that lost its disk
+            except (CollectionNotFoundError, DataLossError):  # a lost disk, a damaged replica
                 applied = -1
             if applied > through:
                 raise RouterBehindError(f"{self.name} on shard {sid} applied {applied}, past the "
