@@ -357,3 +357,65 @@ def test_registration_comes_back_after_its_lease_is_lost(client):
     finally:
         reg.close()
     assert client.get("members/s1") == (None, 0)
+
+
+def _pki(d, name: str):
+    """A CA, and a certificate it signs for 127.0.0.1 usable by a server and a client: PEM paths
+    (ca, cert, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def build(subject, issuer, pub, sign_key, ca: bool):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(pub)
+             .serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(minutes=5))
+             .not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False).add_extension(x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                    critical=False)
+        return b.sign(sign_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
+    ca = build(ca_name, ca_name, ca_key.public_key(), ca_key, True)
+    leaf = build(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]), ca_name,
+                 key.public_key(), ca_key, False)
+    paths = [d / f"{name}-ca.pem", d / f"{name}.pem", d / f"{name}-key.pem"]
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return [str(p) for p in paths]
+
+
+def test_tls_to_etcd_with_client_certificates(tmp_path):
+    """etcd serving TLS with --client-cert-auth: a client with a certificate from its CA works;
+    one whose certificate another CA signed, or a plain-http one, cannot reach it."""
+    from simsearch.pyramid.control.etcd import EtcdTLS
+    from simsearch.service.errors import CoordinationError
+
+    ca, cert, key = _pki(tmp_path, "cluster")
+    _, rogue_cert, rogue_key = _pki(tmp_path, "rogue")
+    with LocalEtcd(str(tmp_path / "data"), tls=EtcdTLS(ca, cert, key)) as server:
+        assert server.url.startswith("https://")
+        with Etcd(server.url, "tls", timeout=3.0, tls=EtcdTLS(ca, cert, key)) as c:
+            rev = c.put("k", b"v")
+            assert c.get("k") == (b"v", rev)
+        with Etcd(server.url, "tls", timeout=2.0, tls=EtcdTLS(ca, rogue_cert, rogue_key)) as c, \
+                pytest.raises(CoordinationError):
+            c.get("k")
+        plain = server.url.replace("https://", "http://")
+        with Etcd(plain, "tls", timeout=2.0) as c, pytest.raises(CoordinationError):
+            c.get("k")

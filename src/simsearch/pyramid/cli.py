@@ -16,6 +16,10 @@ def _etcd_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER,
                    help=f"the cluster's name: its keys live under /simsearch/NAME/ "
                         f"(default {DEFAULT_CLUSTER})")
+    p.add_argument("--etcd-ca", help="PEM CA of etcd's certificate (TLS to etcd: https:// "
+                                     "endpoints, with --etcd-cert and --etcd-key)")
+    p.add_argument("--etcd-cert", help="PEM client certificate for etcd (--client-cert-auth)")
+    p.add_argument("--etcd-key", help="PEM key of --etcd-cert")
 
 
 def _role_args(p: argparse.ArgumentParser) -> None:

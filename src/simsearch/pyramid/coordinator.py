@@ -36,7 +36,7 @@ from ..service.errors import (
 )
 from . import routerlog
 from .control.election import Election
-from .control.etcd import Compare, Etcd
+from .control.etcd import Compare, Etcd, tls_from_args
 from .control.placement import next_move, place
 from .control.state import ClusterState
 from .datapath import DEADLINE, ShardPool, load_router
@@ -844,7 +844,8 @@ def run_coordinator(args) -> int:
     from ..service.server import run_serve
 
     token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
-    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
+    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl),
+                tls=tls_from_args(args))
     etcd.check_server_version(args.allow_unsafe_etcd)
     coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
                         replace_after=args.replace_after,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import SimsearchError
 from ..index import atomic_write
-from .control.etcd import embedded_is_safe
+from .control.etcd import embedded_is_safe, tls_argv, tls_from_args
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,8 @@ class _Supervisor:
         return ["--etcd", self.etcd_url, "--cluster", a.cluster, "--host", "127.0.0.1",
                 "--ready-file", str(self.d / f"{role}.ready"), "--log-level", "WARNING",
                 "--threads", str(a.threads), "--lease-ttl", str(a.lease_ttl),
-                *(["--allow-unsafe-etcd"] if self.allow_unsafe_etcd else [])]
+                *(["--allow-unsafe-etcd"] if self.allow_unsafe_etcd else []),
+                *tls_argv(tls_from_args(a))]
 
     def cmd(self, role: str) -> list[str]:
         base = [sys.executable, "-m", "simsearch.pyramid.cli", "cluster"]
@@ -141,7 +142,7 @@ def run_up(args: argparse.Namespace) -> int:
     else:
         local_etcd = LocalEtcd(str(d / "etcd")).start()
         url = local_etcd.url
-    etcd = Etcd(url, f"simsearch/{args.cluster}")
+    etcd = Etcd(url, f"simsearch/{args.cluster}", tls=tls_from_args(args))
     sup = _Supervisor(args, d, url, local_etcd.pid if local_etcd else None)
     try:
         cfg = etcd.get("config")[0]
@@ -228,7 +229,7 @@ def run_add_shard(args: argparse.Namespace) -> int:
               "`simsearch cluster shard --etcd URL --cluster NAME ...` on the new host",
               file=sys.stderr)
         return 2
-    with Etcd(url, f"simsearch/{cluster}") as etcd:
+    with Etcd(url, f"simsearch/{cluster}", tls=tls_from_args(args)) as etcd:
         before = set(etcd.get_prefix("shards/"))
         os.kill(up["supervisor"], signal.SIGUSR1)
         end = time.monotonic() + args.timeout
@@ -247,7 +248,7 @@ def run_drain(args: argparse.Namespace) -> int:
     from .control.etcd import Etcd
 
     url, cluster, _ = _target(args)
-    with Etcd(url, f"simsearch/{cluster}") as etcd:
+    with Etcd(url, f"simsearch/{cluster}", tls=tls_from_args(args)) as etcd:
         if etcd.get(f"shards/{args.id}")[0] is None and etcd.get(f"retired/{args.id}")[0] is None:
             print(f"shard {args.id} is not registered", file=sys.stderr)
             return 2
@@ -270,7 +271,7 @@ def _decode(value: bytes):
         return value.decode()
 
 
-def cluster_status(url: str, cluster: str, up: dict | None = None) -> dict:
+def cluster_status(url: str, cluster: str, up: dict | None = None, tls=None) -> dict:
     """The cluster as etcd has it, with local pids: ``{"cluster", "etcd", "processes",
     "collections"}``; each process has ``role``, ``address``, ``pid`` and, for shards,
     ``id``, ``parts`` and ``state``."""
@@ -278,7 +279,7 @@ def cluster_status(url: str, cluster: str, up: dict | None = None) -> dict:
 
     up = up or {}
     pids = {i.get("address"): i.get("pid") for i in up.get("processes", {}).values()}
-    with Etcd(url, f"simsearch/{cluster}", timeout=3.0) as etcd:
+    with Etcd(url, f"simsearch/{cluster}", timeout=3.0, tls=tls) as etcd:
         kv = {k: _decode(v) for k, (v, _) in etcd.get_prefix("").items()
               if not k.startswith("log/")}
     leader = kv.get("leader")
@@ -317,7 +318,7 @@ def cluster_status(url: str, cluster: str, up: dict | None = None) -> dict:
 def run_status(args: argparse.Namespace) -> int:
     try:
         url, cluster, up = _target(args)
-        st = cluster_status(url, cluster, up)
+        st = cluster_status(url, cluster, up, tls_from_args(args))
     except Exception as exc:
         print(f"cluster status: {exc}", file=sys.stderr)
         return 1

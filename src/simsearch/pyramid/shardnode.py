@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from ..index import atomic_write
-from .control.etcd import Compare, Etcd
+from .control.etcd import Compare, Etcd, tls_from_args
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,8 @@ def run_shard(args) -> int:
     """``simsearch cluster shard``: serve, register, exit when retired."""
     from ..service.server import run_serve
 
-    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl))
+    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl),
+                tls=tls_from_args(args))
     etcd.check_server_version(args.allow_unsafe_etcd)
     sid = shard_id(etcd, Path(args.data_dir), args.shard_id)
     if etcd.get(f"retired/{sid}")[0] is not None:

@@ -141,6 +141,44 @@ def embedded_is_safe() -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class EtcdTLS:
+    """TLS to etcd with client certificates (PEM file paths). For a client: ``ca`` signed the
+    server's certificate, ``cert``/``key`` are this member's client certificate. For
+    ``LocalEtcd``: ``cert``/``key`` are the server's (also used for its own health check, so give
+    them client-auth use too), ``ca`` signs the certificates of the clients it accepts."""
+
+    ca: str
+    cert: str
+    key: str
+
+    def credentials(self):
+        import grpc
+
+        def read(path: str) -> bytes:
+            with open(path, "rb") as f:
+                return f.read()
+
+        return grpc.ssl_channel_credentials(read(self.ca), read(self.key), read(self.cert))
+
+
+def tls_from_args(args) -> EtcdTLS | None:
+    """The ``--etcd-ca/--etcd-cert/--etcd-key`` of a command line (all three, or none)."""
+    files = [getattr(args, k, None) for k in ("etcd_ca", "etcd_cert", "etcd_key")]
+    if not any(files):
+        return None
+    if not all(files):
+        raise InvalidParameterError("TLS to etcd needs all of --etcd-ca, --etcd-cert and "
+                                    "--etcd-key")
+    return EtcdTLS(*files)
+
+
+def tls_argv(tls: EtcdTLS | None) -> list[str]:
+    """The command-line flags that give ``tls`` to a member started by ``cluster up``."""
+    return [] if tls is None else ["--etcd-ca", tls.ca, "--etcd-cert", tls.cert,
+                                   "--etcd-key", tls.key]
+
+
 def _free_port(host: str) -> int:
     """A port free on ``host`` now (or on loopback when ``host`` is not an address of this network
     namespace, e.g. an address inside another namespace)."""
@@ -171,7 +209,9 @@ class LocalEtcd:
         name: str = "simsearch-etcd",
         argv_prefix: Sequence[str] = (),
         start_timeout: float = 30.0,
+        tls: EtcdTLS | None = None,
     ):
+        self.tls = tls
         self.data_dir = os.path.abspath(data_dir)
         self.host = host
         self.client_port = int(client_port)
@@ -185,7 +225,7 @@ class LocalEtcd:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client_port}"
 
     @property
     def pid(self) -> int | None:
@@ -221,6 +261,8 @@ class LocalEtcd:
             "1s",
             "--log-level",
             "warn",
+            *(["--cert-file", self.tls.cert, "--key-file", self.tls.key, "--trusted-ca-file",
+               self.tls.ca, "--client-cert-auth"] if self.tls else []),
         ]
 
     def start(self) -> LocalEtcd:
@@ -267,8 +309,14 @@ class LocalEtcd:
         )
 
     def _health(self) -> str:
+        ctx = None
+        if self.tls:
+            import ssl
+
+            ctx = ssl.create_default_context(cafile=self.tls.ca)
+            ctx.load_cert_chain(self.tls.cert, self.tls.key)
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=1.0) as r:
+            with urllib.request.urlopen(self.url + "/health", timeout=1.0, context=ctx) as r:
                 body = json.loads(r.read() or b"{}")
             return "ok" if str(body.get("health")) == "true" else f"unhealthy: {body}"
         except (OSError, ValueError, urllib.error.URLError) as exc:
@@ -362,17 +410,20 @@ def _b(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def _parse_endpoint(ep: str) -> tuple[str, int]:
+def _parse_endpoint(ep: str, tls: bool = False) -> tuple[str, int]:
     s = ep.strip()
-    if s.startswith("https://"):
+    if s.startswith("https://") and not tls:
         raise InvalidParameterError(
-            f"etcd endpoint {ep!r}: TLS to etcd is not supported yet; "
-            "use http:// inside a private network"
-        )
-    s = s.removeprefix("http://").rstrip("/")
+            f"etcd endpoint {ep!r} is https: give the TLS files too (--etcd-ca, --etcd-cert, "
+            "--etcd-key)")
+    if s.startswith("http://") and tls:
+        raise InvalidParameterError(f"etcd endpoint {ep!r} is plain http, but TLS files were "
+                                    "given: use https://HOST:PORT")
+    s = s.removeprefix("https://").removeprefix("http://").rstrip("/")
     host, sep, port = s.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise InvalidParameterError(f"etcd endpoint must look like http://HOST:PORT; got {ep!r}")
+        raise InvalidParameterError(f"etcd endpoint must look like http://HOST:PORT (https:// "
+                                    f"with TLS); got {ep!r}")
     return host.strip("[]"), int(port)
 
 
@@ -384,7 +435,8 @@ class Etcd:
     outcome is then unknown: the caller re-reads). Errors are ``CoordinationError``.
     """
 
-    def __init__(self, endpoints: str | Sequence[str], prefix: str, timeout: float = 5.0):
+    def __init__(self, endpoints: str | Sequence[str], prefix: str, timeout: float = 5.0,
+                 tls: EtcdTLS | None = None):
         import etcd3  # the cluster extra
 
         self._etcd3 = etcd3
@@ -394,13 +446,16 @@ class Etcd:
             raise InvalidParameterError(
                 "etcd endpoints: need at least one http://HOST:PORT; got none"
             )
-        self.endpoints = [f"http://{h}:{p}" for h, p in map(_parse_endpoint, endpoints)]
+        hosts = [_parse_endpoint(e, tls is not None) for e in endpoints]
+        self.endpoints = [f"{'https' if tls else 'http'}://{h}:{p}" for h, p in hosts]
         self.prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
         self.timeout = float(timeout)
         shun = _ENDPOINT_RETRY_S if len(self.endpoints) > 1 else 0.0
+        creds = tls.credentials() if tls else None
         eps = [
-            etcd3.Endpoint(h, p, secure=False, time_retry=shun, opts=_CHANNEL_OPTIONS)
-            for h, p in map(_parse_endpoint, self.endpoints)
+            etcd3.Endpoint(h, p, secure=tls is not None, creds=creds, time_retry=shun,
+                           opts=_CHANNEL_OPTIONS)
+            for h, p in hosts
         ]
         self._client = etcd3.MultiEndpointEtcd3Client(
             endpoints=eps, timeout=self.timeout, failover=True
