@@ -307,6 +307,14 @@ class ClusterCollection:
         pool = self.coord.pool
         futs = {(p, sid): pool.executor.submit(contextvars.copy_context().run, call, p, part, sid)
                 for p, part in parts.items() for sid in targets[p]}
+        pending = set(futs.values())
+        while pending:  # a leader that loses its lease meanwhile abandons the write at once
+            _, pending = concurrent.futures.wait(pending, timeout=0.1)
+            if pending and not self.coord.is_leader():
+                for f in pending:
+                    f.cancel()
+                raise NotLeaderError("this coordinator lost its lease with part writes in "
+                                     "flight; they were abandoned (none can commit); retry")
         out: dict[int, dict[int, dict]] = {p: {} for p in parts}
         stale = None
         for (p, sid), f in futs.items():
