@@ -7,9 +7,12 @@ A local cluster (one coordinator, the leader; ``--shards`` shard servers, 2 repl
 the leader (one query per call) in three phases of ``--seconds`` each:
 
 1. quiet: nothing else runs;
-2. write burst: a second client upserts batches of ``--write-batch`` items back to back through
-   the same leader (its write throughput is reported too);
-3. replica move: one more shard starts and the leader moves replicas onto it (copy, switch,
+2. write burst elsewhere: the same writes go to another collection on the same processes (the
+   cost of sharing 2 cores with the writes, not of waiting on them);
+3. write burst: a second client upserts batches of ``--write-batch`` items back to back into the
+   searched collection, through the same leader (its write throughput is reported too), back
+   to back or at ``--write-rate`` items/s;
+4. replica move: one more shard starts and the leader moves replicas onto it (copy, switch,
    drop) while the searches run; the phase lasts until the moves are done (at least
    ``--seconds``).
 
@@ -48,12 +51,17 @@ def searcher(col, queries, stop: threading.Event, out: list, params: dict) -> No
         i += 1
 
 
-def writer(col, base, batch: int, stop: threading.Event, done: list) -> None:
+def writer(col, base, batch: int, stop: threading.Event, done: list, rate: float = 0.0) -> None:
+    """Upserts of ``batch`` random stored items, back to back, or at ``rate`` items/s."""
     rng = np.random.default_rng(1)
+    t_next = time.monotonic()
     while not stop.is_set():
         ids = rng.choice(len(base), batch, replace=False)
         col.add(base[ids], ids=ids, upsert=True)
         done.append((time.monotonic(), batch))
+        if rate:
+            t_next += batch / rate
+            stop.wait(max(0.0, t_next - time.monotonic()))
 
 
 def phase(col, queries, seconds: float, params: dict, during=None) -> list:
@@ -89,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--write-batch", type=int, default=100)
+    ap.add_argument("--write-rate", type=float, default=0.0,
+                    help="items/s the writer sends (0: back to back)")
     ap.add_argument("--branching", type=int, default=8)
     ap.add_argument("--ef", type=int, default=48)
     ap.add_argument("--tag", default="")
@@ -102,27 +112,33 @@ def main(argv=None) -> int:
         col = client.create_collection("docs", DIM, "cosine", "pyramid",
                                        n_centers=args.n_centers, n_partitions=args.parts,
                                        sub_index="hnsw", M=16, ef_construction=100)
-        col.train(base[: min(len(base), 100 * args.n_centers)])
-        for s in range(0, len(base), 20_000):
-            col.add(base[s : s + 20_000], ids=np.arange(s, min(len(base), s + 20_000)))
+        other = client.create_collection("other", DIM, "cosine", "pyramid",
+                                         n_centers=args.n_centers, n_partitions=args.parts,
+                                         sub_index="hnsw", M=16, ef_construction=100)
+        for c in (col, other):
+            c.train(base[: min(len(base), 100 * args.n_centers)])
+            for s in range(0, len(base), 20_000):
+                c.add(base[s : s + 20_000], ids=np.arange(s, min(len(base), s + 20_000)))
         phase(col, queries, 2.0, params)  # warm up
         print("quiet ...", flush=True)
         lat = {"quiet": phase(col, queries, args.seconds, params)}
 
-        wrote: list = []
-
-        def burst():
+        def burst(target, wrote):
             stop = threading.Event()
-            th = threading.Thread(target=writer, args=(col, base, args.write_batch, stop, wrote))
+            th = threading.Thread(target=writer, args=(target, base, args.write_batch, stop,
+                                                       wrote, args.write_rate))
             th.start()
             time.sleep(args.seconds)
             stop.set()
             th.join()
 
-        print("write burst ...", flush=True)
-        t0 = time.monotonic()
-        lat["write burst"] = phase(col, queries, args.seconds, params, burst)
-        out["write_items_per_s"] = sum(n for _, n in wrote) / (time.monotonic() - t0)
+        for name, target in (("write burst elsewhere", other), ("write burst", col)):
+            print(f"{name} ...", flush=True)
+            wrote: list = []
+            t0 = time.monotonic()
+            lat[name] = phase(col, queries, args.seconds, params,
+                              lambda t=target, w=wrote: burst(t, w))
+            out[f"{name}: items/s"] = sum(n for _, n in wrote) / (time.monotonic() - t0)
 
         def move():
             before = shard_replicas(cl)
@@ -142,7 +158,8 @@ def main(argv=None) -> int:
         client.close()
     out["phases"] = {k: stats(v) for k, v in lat.items()}
     quiet = out["phases"]["quiet"]["p99_ms"]
-    print(f"\nwrites: {out['write_items_per_s']:.0f} items/s; moves took "
+    print(f"\nwrites: {out['write burst: items/s']:.0f} items/s (elsewhere: "
+          f"{out['write burst elsewhere: items/s']:.0f}); moves took "
           f"{out['move_seconds']:.1f} s\n")
     print("| phase | searches | p50 ms | p99 ms | mean ms | p99 / quiet |")
     print("|---|---|---|---|---|---|")

@@ -312,6 +312,10 @@ class Index:
     #: names of per-call search parameters this index accepts
     search_params: ClassVar[frozenset[str]] = frozenset()
     needs_training: ClassVar[bool] = False
+    #: True where a search reads only state that writes replace whole and its own parts order
+    #: themselves, so it takes no lock: a Pyramid router over remote parts, whose searches must
+    #: not wait behind a write's network calls (docs/cluster.md, "What is linearizable")
+    lock_free_search: bool = False
 
     def __init__(self, dim: int, metric: str = "l2", **params: Any):
         self.dim = check_int("dim", dim, 1, 1 << 16)
@@ -394,7 +398,9 @@ class Index:
             )
         q = as_matrix(q, self.dim, self.metric, "queries")
         check_result_size(q.shape[0], k)
-        self._lock.acquire_read()  # not `with`: a search is hot, and this is measurably cheaper
+        locked = not self.lock_free_search
+        if locked:  # not `with`: a search is hot, and this is measurably cheaper
+            self._lock.acquire_read()
         try:
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before search()")
@@ -404,7 +410,8 @@ class Index:
             # work is sized by what exists: k beyond the item count costs only the padding
             return pad_result(self._search(q, min(k, n), **params), k, self.metric)
         finally:
-            self._lock.release_read()
+            if locked:
+                self._lock.release_read()
 
     def remove(self, ids: Any) -> int:
         """Remove the given ids (all must be present). Returns how many were removed."""

@@ -270,6 +270,8 @@ class PyramidIndex(Index):
     def _new_parts(self) -> list:
         if self.parts_factory is not None:
             parts = self.parts_factory(self, self.n_parts)
+            # remote parts: a write only plans here (in memory) and replaces what a search reads
+            self.lock_free_search = True
             # part calls block on the network: enough threads for many queries in flight
             self._pool = ThreadPoolExecutor(64, thread_name_prefix="pyramid-part")
             return parts
@@ -447,17 +449,18 @@ class PyramidIndex(Index):
     def _commit_add(self, rec: dict) -> None:
         ids, home = rec["ids"], rec["home"]
         self._home.update(zip(ids.tolist(), home.tolist(), strict=True))
-        self._counts += np.bincount(home, minlength=self.n_parts)
+        counts = self._counts + np.bincount(home, minlength=self.n_parts)
         for p, i in rec["copy_add"].tolist():
-            self._counts[p] += 1
+            counts[p] += 1
             self._copies.setdefault(i, set()).add(p)
         for p, i in rec["copy_drop"].tolist():
-            self._counts[p] -= 1
+            counts[p] -= 1
             s = self._copies.get(i)
             if s is not None:
                 s.discard(p)
                 if not s:
                     del self._copies[i]
+        self._counts = counts  # replaced whole: a lock-free search reads one or the other
         if "topr_rows" in rec:
             rows = rec["topr_rows"]
             self._topr_ids[rows] = rec["topr_ids"]
@@ -531,8 +534,10 @@ class PyramidIndex(Index):
         return by_part
 
     def _commit_remove(self, ids: np.ndarray) -> None:
+        counts = self._counts.copy()
         for p, v in self._parts_holding(ids).items():
-            self._counts[p] -= len(v)
+            counts[p] -= len(v)
+        self._counts = counts
         for i in ids.tolist():
             del self._home[i]
             self._copies.pop(i, None)
