@@ -164,6 +164,11 @@ class History:
 
     # -- judging ----------------------------------------------------------------------------
 
+    def acked_after(self, t: float) -> int:
+        """Ops acknowledged after monotonic time ``t``."""
+        with self._lock:
+            return sum(o.outcome == "ok" and o.t_done > t for o in self.ops)
+
     def read_outage(self, after: float) -> float:
         """Seconds from ``after`` until the last failed read (0 if none failed after it)."""
         with self._lock:

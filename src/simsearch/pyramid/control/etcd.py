@@ -210,8 +210,12 @@ class LocalEtcd:
         argv_prefix: Sequence[str] = (),
         start_timeout: float = 30.0,
         tls: EtcdTLS | None = None,
+        initial_cluster: str | None = None,
     ):
         self.tls = tls
+        #: "name=http://host:peer_port,..." of every member when this one is one of several
+        #: (``local_etcd_cluster``); None: a cluster of one
+        self.initial_cluster = initial_cluster
         self.data_dir = os.path.abspath(data_dir)
         self.host = host
         self.client_port = int(client_port)
@@ -252,9 +256,9 @@ class LocalEtcd:
             "--initial-advertise-peer-urls",
             peer,
             "--initial-cluster",
-            f"{self.name}={peer}",
+            self.initial_cluster or f"{self.name}={peer}",
             "--initial-cluster-token",
-            self.name,
+            "simsearch-etcd" if self.initial_cluster else self.name,
             "--initial-cluster-state",
             "new",  # ignored when data_dir already holds a member
             "--grpc-keepalive-min-time",
@@ -265,9 +269,10 @@ class LocalEtcd:
                self.tls.ca, "--client-cert-auth"] if self.tls else []),
         ]
 
-    def start(self) -> LocalEtcd:
-        """Start the server and wait until it reports healthy; raises ``CoordinationError`` with
-        the tail of its log if it exits or stays unhealthy past ``start_timeout``."""
+    def start(self, wait: bool = True) -> LocalEtcd:
+        """Start the server and (``wait``) wait until it reports healthy; raises
+        ``CoordinationError`` with the tail of its log if it exits or stays unhealthy past
+        ``start_timeout``. A member of several is healthy only once a quorum has started."""
         if self.running():
             return self
         os.makedirs(self.data_dir, exist_ok=True)
@@ -285,6 +290,10 @@ class LocalEtcd:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        return self.wait_healthy() if wait else self
+
+    def wait_healthy(self) -> LocalEtcd:
+        """Wait until the started server reports healthy (see ``start``)."""
         deadline = time.monotonic() + self.start_timeout
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -362,6 +371,32 @@ class LocalEtcd:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def local_etcd_cluster(data_dir: str, members: int = 3, host: str = "127.0.0.1"
+                       ) -> list[LocalEtcd]:
+    """``members`` etcd servers forming one cluster on ``host`` (each under
+    ``data_dir/m<i>``), started and healthy: a quorum survives the loss of a minority. Their
+    ``url``s, comma-separated, are the endpoints for ``Etcd`` and ``--etcd``."""
+    ports = []
+    for _ in range(2 * members):
+        p = _free_port(host)
+        while p in ports:
+            p = _free_port(host)
+        ports.append(p)
+    peers = ",".join(f"m{i}=http://{host}:{ports[2 * i + 1]}" for i in range(members))
+    servers = [LocalEtcd(os.path.join(data_dir, f"m{i}"), host, ports[2 * i], ports[2 * i + 1],
+                         name=f"m{i}", initial_cluster=peers) for i in range(members)]
+    try:
+        for s in servers:
+            s.start(wait=False)
+        for s in servers:
+            s.wait_healthy()
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
+    return servers
 
 
 # ---------------------------------------------------------------------------------------- client
