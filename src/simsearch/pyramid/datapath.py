@@ -286,9 +286,10 @@ class ShardPool:
 
     # -- parts ------------------------------------------------------------------------------
 
-    def make_parts(self, index, n_parts: int) -> list[RemotePart]:
+    def make_parts(self, index, n_parts: int) -> tuple[list[RemotePart], Callable]:
         """The parts factory handed to PyramidIndex (its ``parts_factory``): the parts of the
-        collection ``index.part_prefix``, on the replicas the cluster map assigns."""
+        collection ``index.part_prefix``, on the replicas the cluster map assigns, and
+        ``search_parts`` to search them."""
         if index.part_prefix is None:
             raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
         out = [RemotePart(self, f"{index.part_prefix}.p{j}", {
@@ -297,7 +298,7 @@ class ShardPool:
         if self.is_leader():
             for part in out:
                 part.ensure()
-        return out
+        return out, search_parts
 
     def register(self, router) -> None:
         """Make ``router``'s parts the ones recovery and moves act through (a router copy
@@ -307,12 +308,43 @@ class ShardPool:
                 self.parts[part.name] = part
 
 
-class RemotePart:
-    """One part on its replicas: the Index surface PyramidIndex searches through, and the
-    leader's fenced two-phase writes and replica catch-up (docs/cluster.md, "Writes")."""
+def search_parts(calls: list, k: int) -> list:
+    """Search ``[(part, queries, params)]`` at once: start every part's call, then wait for all
+    of them in this thread (no thread hop per part). Per call: its SearchResult, or the
+    PartUnavailableError of a part that could not answer. ``params`` may carry ``per_query``
+    values (the shard's store splits the batch by them)."""
+    from .index import PartUnavailableError
 
-    #: a search may carry ``per_query`` parameters (the shard's store splits the batch by them)
-    per_query_params = True
+    done = threading.Event()
+    results: list = [None] * len(calls)
+    pending = []
+    for i, (part, qs, params) in enumerate(calls):
+        try:
+            pending.append((i, part.begin(qs, k, params, done)))
+        except PartUnavailableError as exc:
+            results[i] = exc
+    while pending:
+        done.clear()
+        left = []
+        for i, call in pending:
+            try:
+                out = call.poll()
+            except PartUnavailableError as exc:
+                out = exc
+            if out is None:
+                left.append((i, call))
+            else:
+                results[i] = out
+        pending = left
+        if pending:
+            done.wait(min(call.nap() for _, call in pending))
+    return results
+
+
+class RemotePart:
+    """One part on its replicas: searched through ``begin`` / ``search_parts`` (hedging,
+    deadlines, fail-over), and the leader's fenced two-phase writes and replica catch-up
+    (docs/cluster.md, "Writes")."""
 
     def __init__(self, pool: ShardPool, name: str, config: dict, router=None, index: int = 0):
         self.pool, self.name, self.config = pool, name, config

@@ -7,16 +7,14 @@ Large-scale Datasets" (IEEE Big Data 2019).
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import struct
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidParameterError, SimsearchError
+from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperationError
 from ..hnsw import HNSWIndex
 from ..index import (
     IdSet,
@@ -56,10 +54,13 @@ class PartUnavailableError(SimsearchError, RuntimeError):
 
     grpc_code = "UNAVAILABLE"  # how a coordinator reports it (simsearch.service.errors)
 
-#: Makes the parts of a PyramidIndex: called with (index, n_parts), returns objects with the
-#: Index surface (add, remove, search, len). A coordinator sets ``index.parts_factory`` before
-#: training or restoring so the same index routes to remote replicas (docs/cluster.md).
-PartsFactory = Callable[["PyramidIndex", int], list]
+#: Makes the parts of a PyramidIndex: called with (index, n_parts), returns ``(parts,
+#: search_many)``: objects searched like an Index (``search``, ``len``), and the function that
+#: runs ``[(part, queries, params)]`` searches at once, giving a result or a
+#: PartUnavailableError per call (hedging, deadlines and per-query parameters live there). A
+#: coordinator sets ``index.parts_factory`` before training or restoring so the same index routes
+#: to remote replicas, whose writes it sends itself (``defer_writes``; docs/cluster.md).
+PartsFactory = Callable[["PyramidIndex", int], tuple[list, Callable]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ class PyramidIndex(Index):
         self._copies: dict[int, set[int]] = {}  # id -> parts holding a MIPS copy
         self._topr_ids: np.ndarray | None = None  # (m, r) MIPS lists, -1 padded
         self._topr_scores: np.ndarray | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._search_many: Callable | None = None  # remote parts' fan-out (PartsFactory)
         #: names the parts' collections when they are remote (the coordinator sets it)
         self.part_prefix: str | None = None
         #: when a list, every write appends its decisions here (see ``apply_journal``)
@@ -269,11 +270,9 @@ class PyramidIndex(Index):
 
     def _new_parts(self) -> list:
         if self.parts_factory is not None:
-            parts = self.parts_factory(self, self.n_parts)
+            parts, self._search_many = self.parts_factory(self, self.n_parts)
             # remote parts: a write only plans here (in memory) and replaces what a search reads
             self.lock_free_search = True
-            # part calls block on the network: enough threads for many queries in flight
-            self._pool = ThreadPoolExecutor(64, thread_name_prefix="pyramid-part")
             return parts
         p = self._params
         return [create_index(p["sub_index"], self.dim, self.metric, **self.sub_params)
@@ -508,17 +507,12 @@ class PyramidIndex(Index):
         if self.defer_writes is not None:
             self.defer_writes.extend(jobs)
             return
-        def run(job):
-            p, op, args = job
+        if self._search_many is not None:
+            raise UnsupportedOperationError(
+                "this router copy's parts are remote and it is read-only (open_router); write "
+                "through a coordinator")
+        for p, op, args in jobs:  # local sub-indexes
             getattr(self.parts[p], op)(*args)
-
-        if self._pool is None or len(jobs) <= 1:
-            for job in jobs:
-                run(job)
-        else:  # context copied: remote parts read the caller's deadline from a ContextVar
-            futs = [self._pool.submit(contextvars.copy_context().run, run, j) for j in jobs]
-            for f in futs:
-                f.result()
 
     def _remove(self, ids: np.ndarray) -> None:
         self._run_writes([(p, "remove", (np.asarray(v, np.int64),))
@@ -632,7 +626,7 @@ class PyramidIndex(Index):
             if not rows.size:
                 continue
             lev = col[rows]
-            if getattr(self.parts[p], "per_query_params", False) or lev.min() == lev.max():
+            if self._search_many is not None or lev.min() == lev.max():
                 jobs.append((p, rows, ef_table[lev]))
                 continue
             by_ef: dict[Any, list[np.ndarray]] = {}
@@ -651,28 +645,11 @@ class PyramidIndex(Index):
             out.pop("ef", None)
             return out
 
-        def one(job):
-            p, rows, efs = job
-            return self.parts[p].search(q[rows], k, **params_of(efs))
-
-        if jobs and all(hasattr(self.parts[p], "begin") for p, _, _ in jobs):
-            results = self._wait_remote(
-                [(self.parts[p], q[rows], params_of(efs)) for p, rows, efs in jobs], k)
-        elif self._pool is None or len(jobs) <= 1:
-            results = []
-            for j in jobs:
-                try:
-                    results.append(one(j))
-                except PartUnavailableError as exc:
-                    results.append(exc)
-        else:
-            futs = [self._pool.submit(contextvars.copy_context().run, one, j) for j in jobs]
-            results = []
-            for f in futs:
-                try:
-                    results.append(f.result())
-                except PartUnavailableError as exc:
-                    results.append(exc)
+        calls = [(self.parts[p], q[rows], params_of(efs)) for p, rows, efs in jobs]
+        if self._search_many is not None:  # remote parts: one fan-out, hedged, with deadlines
+            results = self._search_many(calls, k)
+        else:  # local sub-indexes, one after the other (each may use threads itself)
+            results = [part.search(qs, k, **params) for part, qs, params in calls]
         missed = 0
         for (p, rows, _e), r in zip(jobs, results, strict=True):
             if isinstance(r, Exception):
@@ -687,37 +664,6 @@ class PyramidIndex(Index):
             total = sum(rows.size for _, rows, _e in jobs)
             return CoveredSearchResult(ids, scores, coverage=1.0 - missed / max(1, total))
         return SearchResult(ids, scores)
-
-    @staticmethod
-    def _wait_remote(calls: list, k: int) -> list:
-        """Start every remote part's call, then wait for all of them in this thread (no thread
-        hop per part); a part that cannot answer gives its PartUnavailableError."""
-        import threading
-
-        done = threading.Event()
-        results: list = [None] * len(calls)
-        pending = []
-        for i, (part, qs, params) in enumerate(calls):
-            try:
-                pending.append((i, part.begin(qs, k, params, done)))
-            except PartUnavailableError as exc:
-                results[i] = exc
-        while pending:
-            done.clear()
-            left = []
-            for i, call in pending:
-                try:
-                    out = call.poll()
-                except PartUnavailableError as exc:
-                    out = exc
-                if out is None:
-                    left.append((i, call))
-                else:
-                    results[i] = out
-            pending = left
-            if pending:
-                done.wait(min(call.nap() for _, call in pending))
-        return results
 
     # -- persistence ------------------------------------------------------------------------
 
