@@ -216,8 +216,8 @@ class HnswlibRaw(Adapter):
 
 
 class NormScan(Adapter):
-    """The MIPS floor of design §7: scan the ``n_items`` largest-norm items, re-rank exactly by
-    inner product. A method that cannot beat it on long-tailed data proves nothing."""
+    """The MIPS floor (docs/benchmarks.md): scan the ``n_items`` largest-norm items, re-rank
+    exactly by inner product. A method that cannot beat it on long-tailed data proves nothing."""
 
     name = "norm-scan"
     metrics = ("ip",)

@@ -1,4 +1,4 @@
-"""The Index contract (design §3), checked over every index kind in tests/contract.py."""
+"""The Index contract (docs/architecture.md), checked over every index kind in tests/contract.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ip-NSW+ (Liu et al., "Understanding and Improving Proximity Graph-based Maximum Inner
-Product Search", AAAI 2020; design §4.3): an angular HNSW graph finds a query's angular
+Product Search", AAAI 2020; docs/bench-graph.md): an angular HNSW graph finds a query's angular
 neighbours, which seed a search on an inner-product graph."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (design §4.1)."""
+"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (docs/bench-lsh.md)."""
 
 from .nr_lsh import LSHSearchResult, NormRangingLSH, SimpleLSH, pair_order, pair_scores
 

@@ -1,4 +1,4 @@
-"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (design §4.1).
+"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (docs/bench-lsh.md).
 
 Simple-LSH (Neyshabur & Srebro 2015) maps every item to the unit sphere with
 P(x) = [x / U, sqrt(1 - |x|^2 / U^2)] (U: the largest item norm) and a query to [q / |q|, 0],

@@ -1,4 +1,4 @@
-"""Pyramid: meta-HNSW partitioning and sharded search (design §4.4, §6)."""
+"""Pyramid: meta-HNSW partitioning and sharded search (docs/cluster.md)."""
 
 from .index import CoveredSearchResult, PartUnavailableError, PyramidIndex
 

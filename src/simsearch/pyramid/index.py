@@ -1,5 +1,5 @@
 """PyramidIndex: k-means centres, a meta-HNSW over them, a balanced graph partition of its
-level-0 graph into parts, one sub-index per part, MIPS top-r replication (design §4.4).
+level-0 graph into parts, one sub-index per part, MIPS top-r replication (docs/cluster.md).
 
 The paper: Deng et al., "Pyramid: A General Framework for Distributed Similarity Search on
 Large-scale Datasets" (IEEE Big Data 2019).

@@ -1,1 +1,1 @@
-"""The gRPC search service and its client (design §5)."""
+"""The gRPC search service and its client (docs/service.md)."""
