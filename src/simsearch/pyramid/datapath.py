@@ -368,8 +368,8 @@ class RemotePart:
                                                          c["kind"], **c["params"])
             except CollectionExistsError:
                 pass
-            except Exception as exc:  # a replica without its collection is re-copied when
-                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)  # checked
+            except Exception as exc:  # catch_up re-copies a replica that lacks its collection
+                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)
 
     def _col(self, sid: int):
         c = self.config
