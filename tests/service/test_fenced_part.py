@@ -131,3 +131,20 @@ def test_plain_writes_are_refused_on_a_part_replica(store):
         col.add(vec([2]), np.array([2]))
     with pytest.raises(FencedPartError):
         col.remove(np.array([1]))
+
+
+def test_bad_part_ops_are_refused_and_change_nothing(store):
+    from simsearch.errors import DimensionMismatchError, DuplicateIdError, InvalidVectorError
+
+    col = store.get("docs.p0")
+    col.part_prepare(2, 1, [upsert(1, [1])])
+    col.part_sync(2, (2, 1), 1, 1)
+    bad_dim = PartOp(2, False, np.array([5]), np.zeros((1, DIM + 1), np.float32))
+    nan = PartOp(2, False, np.array([5]), np.full((1, DIM), np.nan, np.float32))
+    dup = PartOp(2, True, np.array([1, 1]))
+    for op, err in ((bad_dim, DimensionMismatchError), (nan, InvalidVectorError),
+                    (dup, DuplicateIdError)):
+        with pytest.raises(err):
+            col.part_prepare(2, 2, [op])
+    assert col.fenced.prepared == {} and (col.fenced.term, col.fenced.attempt) == (2, 1)
+    assert col.part_sync(2, (2, 2), 2, 2)["applied"] == 1 and held(col) == {1: 0}
