@@ -42,7 +42,15 @@ from ..errors import (
     InvalidParameterError,
     NotTrainedError,
 )
-from ..index import Index, SearchResult, as_id_array, as_matrix, create_index, load
+from ..index import (
+    Index,
+    SearchResult,
+    as_id_array,
+    as_matrix,
+    atomic_write,
+    create_index,
+    load,
+)
 from . import wal as walmod
 from .errors import (
     CollectionExistsError,
@@ -232,9 +240,10 @@ def _apply_part_op(index: Index, op: PartOp) -> None:
 
 
 def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, items: _Vectors,
-                 shape_of: Index | None = None) -> None:
-    """Replay one fenced part record (Collection.part_prepare / part_sync) on ``index`` (None:
-    only the state, e.g. to list applied ops; ``shape_of`` then gives the vectors' shape)."""
+                 shape_of: Index | None = None) -> list[PartOp]:
+    """Replay one fenced part record (Collection.part_prepare / part_sync) on ``state`` and
+    ``index`` (None: the state only, to list the applied ops; ``shape_of`` then gives the
+    vectors' shape). Returns the ops a sync record applied."""
     m = rec.meta
     if rec.op == walmod.OP_PART_PREPARE:
         ops, blobs = [], iter(rec.blobs)
@@ -243,16 +252,18 @@ def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, it
                 next(blobs), index if index is not None else shape_of)
             ops.append(PartOp(o["pseq"], o["remove"], np.frombuffer(next(blobs), np.int64), x))
         state.prepare(m["term"], m["attempt"], ops)
-        return
+        return []
     ops = state.ops_to_apply(tuple(m["ballot"]), m["first"], m["through"]) if m["through"] \
         else []
     if ops is None:
         raise ValueError(f"part sync record {m} does not follow the prepared ops")
-    for op in ops:
-        _apply_part_op(index, op)
+    if index is not None:
+        for op in ops:
+            _apply_part_op(index, op)
     state.raise_term(m["term"])
     if ops:
         state.mark_applied(m["through"])
+    return ops
 
 
 def _read_config(path: Path) -> dict:
@@ -318,6 +329,7 @@ class Collection:
             part = self.path / f"part-{g}.json"
             fenced = FencedState.from_json(json.loads(part.read_text())) if g and part.exists() \
                 else None
+            base_applied = fenced.applied if fenced is not None else 0
             records, torn = WriteAheadLog.recover(self.path / f"wal-{g}.log")
             if torn:
                 log.warning("collection %s: dropped a torn last log record", self.name)
@@ -339,8 +351,7 @@ class Collection:
                 (self.path / f).unlink(missing_ok=True)
         self.index, self.generation, self.damaged = index, g, None
         self.fenced = fenced
-        self._wal_base_applied = FencedState.from_json(json.loads(part.read_text())).applied \
-            if g and part.exists() else 0
+        self._wal_base_applied = base_applied
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size if g else 0
         self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
         log.info(
@@ -562,23 +573,15 @@ class Collection:
                 raise OpsGoneError(f"{self.name}: the log starts after sequence "
                                    f"{self._wal_base_applied}; asked for ops after {after}")
             records, _, _ = walmod.scan(self._wal.path.read_bytes())
-            scratch = FencedState(applied=self._wal_base_applied)
-            out, size = [], 0
+            scratch = FencedState(applied=self._wal_base_applied)  # replays the log's part
+            out, size = [], 0  # records without touching the index
             for rec in records:
                 if rec.op not in _PART_OPS:
                     continue
-                m = rec.meta
-                if rec.op == walmod.OP_PART_PREPARE:
-                    _replay_part(None, scratch, rec, self.items, index)
-                    continue
-                ops = scratch.ops_to_apply(tuple(m["ballot"]), m["first"], m["through"]) \
-                    if m["through"] else []
-                for op in ops or []:
+                for op in _replay_part(None, scratch, rec, self.items, index):
                     if op.pseq > after and (not out or size < max_bytes):
                         out.append(op)
                         size += op.ids.nbytes + (op.x.nbytes if op.x is not None else 0)
-                if ops:
-                    scratch.mark_applied(m["through"])
             return out, st.applied
 
     def _part_state(self, index: Index) -> dict:
@@ -594,8 +597,6 @@ class Collection:
     def _snapshot_locked(self) -> None:
         g = self.generation + 1
         if self.fenced is not None:  # before the snapshot file: the snapshot is the commit point
-            from ..index import atomic_write
-
             state = json.dumps(self.fenced.to_json()).encode()
             atomic_write(self.path / f"part-{g}.json", lambda f: f.write(state))
         with self._rw.read():  # searches go on; writes are held by the writer lock
@@ -752,8 +753,6 @@ class Store:
     def put_blob(self, name: str, data: bytes, sha256: str) -> dict:
         """Store ``data`` as ``name`` (replacing it) once its checksum matches ``sha256``."""
         import hashlib
-
-        from ..index import atomic_write
 
         path = self._blob_path(name)
         if len(data) > MAX_BLOB_BYTES:
