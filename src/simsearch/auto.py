@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidParameterError
+from .filters import IdFilter
 from .index import Index, SearchResult, as_matrix, create_index, load, register
 
 log = logging.getLogger(__name__)
@@ -346,7 +347,12 @@ class AutoIndex(Index):
     def _remove(self, ids: np.ndarray) -> None:
         self._inner.remove(ids)
 
-    def _search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
+    def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
+                         **params: Any) -> SearchResult:
+        return self._search(q, k, **filt.kwargs(), **params)  # the chosen index plans it
+
+    def _search(self, q: np.ndarray, k: int, allow: Any = None, deny: Any = None,
+                **params: Any) -> SearchResult:
         inner = self._inner
         extra = set(params) - inner.search_params
         if extra:
@@ -355,7 +361,7 @@ class AutoIndex(Index):
                 f"{sorted(extra)}")
         defaults = {name: (max(10, math.ceil(v * len(inner))) if name in _SCAN_KNOBS else v)
                     for name, v in self._defaults.items()}
-        return inner.search(q, k, **{**defaults, **params})
+        return inner.search(q, k, allow=allow, deny=deny, **{**defaults, **params})
 
     def _get_state(self):
         meta = {"defaults": self._defaults, "report": self.report}

@@ -53,3 +53,8 @@ class CorruptIndexError(SimsearchError, OSError):
 
 class DatasetUnavailableError(SimsearchError, RuntimeError):
     """A dataset that cannot be fetched here; the message names the command that would fetch it."""
+
+
+class InvalidFilterError(SimsearchError, ValueError):
+    """A malformed filter: allow/deny lists of the wrong shape or type, or a ``where`` expression
+    with an unknown attribute or operator, or a value of the wrong type."""

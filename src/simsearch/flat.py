@@ -6,37 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import topk_rows
-from .index import Index, SearchResult, normalize_rows, pad_score, register
+from ._exact import exact_scores, exact_topk, topk_from_scores
+from .index import Index, SearchResult, normalize_rows, register
 
-# Rows of the score matrix computed at once: bounds memory at ~256 MB per block.
-_BLOCK_ELEMENTS = 1 << 26
-
-
-def topk_from_scores(
-    scores: np.ndarray, k: int, higher_is_better: bool, ids: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k columns per row of a (b, n) score block, best first; ties broken by the smaller
-    column (or id), so the oracle is deterministic. Returns (columns or ids int64 (b, k),
-    scores float32 (b, k)), padded with -1 / worst score when n < k."""
-    tiebreak = np.arange(scores.shape[1], dtype=np.int64) if ids is None else ids
-    pos, out = topk_rows(
-        np.ascontiguousarray(scores, np.float32), k, 1.0 if higher_is_better else -1.0, tiebreak
-    )
-    out[pos < 0] = -np.inf if higher_is_better else np.inf
-    if ids is not None:
-        pos = np.where(pos >= 0, ids[np.maximum(pos, 0)], -1)
-    return pos, out
-
-
-def exact_scores(q: np.ndarray, x: np.ndarray, metric: str, x_sqnorms: np.ndarray | None = None):
-    """Scores (nq, n) under metric: inner product, cosine (inputs already unit) or squared L2."""
-    s = q @ x.T
-    if metric == "l2":
-        xn = (x * x).sum(1) if x_sqnorms is None else x_sqnorms
-        s = (q * q).sum(1)[:, None] - 2.0 * s + xn[None, :]
-        np.maximum(s, 0.0, out=s)
-    return s
+__all__ = ["FlatIndex", "exact_scores", "topk_from_scores"]
 
 
 @register("flat")
@@ -89,16 +62,14 @@ class FlatIndex(Index):
     def _search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
         n = self._n
         x, ids, sq = self._x[:n], self._ids[:n], self._sq[:n]
-        q = self._prep(q)
-        hib = self.metric != "l2"
-        out_i = np.empty((q.shape[0], k), np.int64)
-        out_s = np.empty((q.shape[0], k), np.float32)
-        step = max(1, _BLOCK_ELEMENTS // max(n, 1))
-        for s in range(0, q.shape[0], step):
-            sc = exact_scores(q[s : s + step], x, self.metric, sq)
-            out_i[s : s + step], out_s[s : s + step] = topk_from_scores(sc, k, hib, ids)
-        out_s[out_i < 0] = pad_score(self.metric)
-        return SearchResult(out_i, out_s)
+        return SearchResult(*exact_topk(self._prep(q), x, ids, k, self.metric, sq))
+
+    def _exact_under(self, params: dict) -> bool:
+        return True
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self._n
+        return self._ids[:n], self._x[:n]
 
     def _get_state(self):
         n = self._n

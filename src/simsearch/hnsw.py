@@ -145,6 +145,22 @@ class HNSWIndex(Index):
             self._gate.exit()
         return self._to_result(labels, dist, k)
 
+    # filtered search (docs/filters.md): the beam widens by 1/selectivity and walks through
+    # disallowed nodes; only allowed ones are kept
+    filter_read_cost = 4.0
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        ef = params.get("ef") or max(k, 64)
+        return float(max(ef, k) * self._params["M"])
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        ef = params.get("ef") or max(k, 64)
+        ef = min(len(self), int(np.ceil(max(ef, k) * w)))
+        return ef, {**params, "ef": ef}
+
+    def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(self._hnsw.get_items(ids, return_type="numpy"), np.float32)
+
     def _search_padded(self, q, k, kk, n_threads) -> SearchResult:
         ids = np.full((q.shape[0], k), -1, np.int64)
         scores = np.full((q.shape[0], k), np.inf if self.metric == "l2" else -np.inf, np.float32)

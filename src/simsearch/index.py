@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ._exact import exact_topk
 from ._rwlock import RWLock
 from .errors import (
     CorruptIndexError,
@@ -37,6 +38,7 @@ from .errors import (
     UnknownIdError,
     UnsupportedOperationError,
 )
+from .filters import IdFilter, compact, in_sorted, parse_filter
 
 METRICS = ("ip", "cosine", "l2")
 MAX_K = 100_000
@@ -324,6 +326,8 @@ class Index:
         self._idset = IdSet()
         self._is_trained = not self.needs_training
         self._lock = RWLock()  # the concurrency rule: see the module docstring
+        self._version = 0  # bumped by every write: keys the filter planner's id lookup
+        self._lookup: tuple | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -385,10 +389,14 @@ class Index:
             if x.shape[0]:
                 self._add(x, ids)
                 self._idset.add(ids)
+                self._version += 1
             return ids
 
-    def search(self, q: Any, k: int, **params: Any) -> SearchResult:
-        """Top-k for each query row. q (nq, dim) or (dim,). Per-call parameters: see the class."""
+    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
+               **params: Any) -> SearchResult:
+        """Top-k for each query row. q (nq, dim) or (dim,). ``allow`` / ``deny``: None, one
+        array of ids for every query, or one array per query; the result holds only allowed,
+        non-denied ids (docs/filters.md). Per-call parameters: see the class."""
         k = check_k(k)
         if params and not self.search_params.issuperset(params):
             unknown = set(params) - self.search_params
@@ -398,6 +406,7 @@ class Index:
             )
         q = as_matrix(q, self.dim, self.metric, "queries")
         check_result_size(q.shape[0], k)
+        filt = parse_filter(allow, deny, q.shape[0])
         locked = not self.lock_free_search
         if locked:  # not `with`: a search is hot, and this is measurably cheaper
             self._lock.acquire_read()
@@ -408,7 +417,10 @@ class Index:
             if n == 0 or q.shape[0] == 0:
                 return empty_result(q.shape[0], k, self.metric)
             # work is sized by what exists: k beyond the item count costs only the padding
-            return pad_result(self._search(q, min(k, n), **params), k, self.metric)
+            if filt is None:
+                return pad_result(self._search(q, min(k, n), **params), k, self.metric)
+            return pad_result(self._search_filtered(q, min(k, n), filt, **params), k,
+                              self.metric)
         finally:
             if locked:
                 self._lock.release_read()
@@ -428,6 +440,7 @@ class Index:
             if ids.size:
                 self._remove(ids)
                 self._idset.remove(ids)
+                self._version += 1
             return int(ids.size)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -477,6 +490,147 @@ class Index:
 
     def _set_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
+
+    # -- filtered search (docs/filters.md) ---------------------------------------------------
+    #
+    # Hooks a kind overrides: _exact_under (is _search exact with these parameters?),
+    # _stored (ids and stored vectors by position) or _vectors_of, _traversal_reads and _widen.
+
+    #: how much dearer one vector read of the index's own search is than one of the exact scan
+    #: of gathered rows (random access and graph bookkeeping against one matrix product)
+    filter_read_cost: ClassVar[float] = 1.0
+
+    def _exact_under(self, params: dict) -> bool:
+        return False
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        """(external id of each position, -1 where the slot is dead; the stored vectors)."""
+        raise NotImplementedError
+
+    def _positions_of(self, ids: np.ndarray) -> np.ndarray:
+        """The positions of ids (all present) in :meth:`_stored`'s arrays."""
+        cache = self._lookup
+        if cache is None or cache[0] != self._version:  # two readers may both build it: benign
+            pos_ids = self._stored()[0]
+            order = np.argsort(pos_ids, kind="stable")
+            cache = self._lookup = (self._version, pos_ids[order], order)
+        return cache[2][np.searchsorted(cache[1], ids)]
+
+    def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        """The stored vectors (unit rows under cosine) of ids, all present, float32."""
+        return self._stored()[1][self._positions_of(ids)]
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        """About how many vectors (or their equivalent in codes) one unfiltered query reads."""
+        return float(len(self))
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        """(k', params') that return about as many allowed items at selectivity 1/w as
+        (k, params) returns items without a filter."""
+        return min(len(self), int(np.ceil(2 * k * w))), params
+
+    def _exact_allowed(self, q: np.ndarray, k: int, ids: np.ndarray) -> tuple:
+        """Exact top-k over the items ids (sorted, present): the scan of the allowed rows."""
+        x = self._vectors_of(ids)
+        if self.metric == "cosine":
+            q = normalize_rows(q)
+        return exact_topk(q, x, ids, min(k, ids.size), self.metric)
+
+    def _allowed_ids(self, allow: np.ndarray | None, deny: np.ndarray | None):
+        """(the allowed ids held, sorted, or None when only a deny list applies; their count;
+        how many held ids are denied)."""
+        held = self._idset
+        if allow is not None:
+            a = allow[held.contains(allow)]
+            if deny is not None and deny.size:
+                a = a[~in_sorted(deny, a)]
+            return a, int(a.size), 0
+        denied = int(held.contains(deny).sum()) if deny.size else 0
+        return None, len(held) - denied, denied
+
+    def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
+                         **params: Any) -> SearchResult:
+        """The planner: per query (once for a shared filter) count the allowed items, then
+        answer by the exact scan of them or by the index's own search widened by 1/selectivity
+        and filtered (docs/filters.md, "The planner")."""
+        nq, n = q.shape[0], len(self)
+        out = empty_result(nq, k, self.metric)
+        counts = np.zeros(nq, np.int64)  # allowed items per query
+        exact_kind = self._exact_under(params)
+        reads = 0.0 if exact_kind else self._traversal_reads(k, params)
+        scans: list[tuple[np.ndarray, np.ndarray | None]] = []  # (rows, allowed ids or None)
+        wide: dict[float, list] = {}  # widening factor (-extra k for exact kinds) -> [rows]
+        everyone = np.arange(nq)
+        for i in [0] if filt.shared else range(nq):
+            rows = everyone if filt.shared else everyone[i : i + 1]
+            allowed, count, denied = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))
+            counts[rows] = count
+            if count == 0:
+                continue  # nothing allowed: padding
+            if exact_kind:
+                if allowed is not None:
+                    scans.append((rows, allowed))
+                else:  # k + |deny| exact answers hold the k best allowed ones
+                    extra = 1 << max(0, denied - 1).bit_length()
+                    wide.setdefault(-float(extra), []).append(rows)
+            elif count <= k or count * count <= self.filter_read_cost * reads * n:
+                scans.append((rows, allowed))
+            else:  # widening factors rounded up to 2^(1/16): a batch per factor
+                w = float(2.0 ** (np.ceil(np.log2(n / count) * 16) / 16))
+                wide.setdefault(w, []).append(rows)
+        retry: dict[float, list] = {}
+        for w, groups in wide.items():
+            self._run_widened(q, k, np.concatenate(groups), w, filt, params, out, scans, retry)
+        # answers that sat deeper in the index's ranking than the widening allowed for (a
+        # filter correlated with the query: a deny list of its own neighbours, an allow list
+        # away from it) are searched once more, as deep as they were found
+        for w, groups in retry.items():
+            rows = np.concatenate(groups)
+            scan = self.filter_read_cost * reads * w >= counts[rows]  # cheaper: the exact scan
+            scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(scan).tolist())
+            if not scan.all():
+                self._run_widened(q, k, rows[~scan], w, filt, params, out, scans, None)
+        for rows, allowed in scans:
+            if allowed is None:  # a deny list only (or a short answer): every allowed id
+                i = int(rows[0])
+                allowed = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))[0]
+                if allowed is None:
+                    allowed = self._idset.sorted
+                    d = filt.deny_of(i)
+                    if d is not None and d.size:
+                        allowed = allowed[~in_sorted(d, allowed)]
+                if not allowed.size:
+                    continue
+            ids, scores = self._exact_allowed(q[rows], k, allowed)
+            out.ids[rows, : ids.shape[1]], out.scores[rows, : ids.shape[1]] = ids, scores
+        return out
+
+    def _run_widened(self, q, k, rows, w, filt, params, out, scans, retry) -> None:
+        """Search rows widened by w (w < 0: an exact kind asked for k - w answers), keep the
+        allowed ones in ``out``; queue short answers for the exact scan and, when ``retry`` is
+        a dict, answers found deeper than 1.25 k w for one more, deeper search."""
+        n = len(self)
+        if w < 0:
+            kk, p = min(n, k - int(w)), params
+        else:
+            kk, p = self._widen(k, w, params)
+        r = self._search(q[rows], max(kk, k), **p)
+        if filt.shared:
+            ok = filt.allowed(r.ids)
+        else:
+            ok = np.stack([filt.allowed(r.ids[j], int(i)) for j, i in enumerate(rows)])
+        ids, scores, kept = compact(r.ids, r.scores, ok, k, pad_score(self.metric))
+        out.ids[rows], out.scores[rows] = ids, scores
+        if w < 0:
+            return
+        short = kept < k
+        scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(short).tolist())
+        if retry is None:
+            return
+        depth = np.argmax(np.cumsum(ok, axis=1) >= k, axis=1) + 1  # where the k-th one sat
+        for j in np.flatnonzero(~short & (depth > 1.25 * k * w)).tolist():
+            w2 = float(2.0 ** (np.ceil(np.log2(1.25 * depth[j] / k) * 4) / 4))
+            retry.setdefault(w2, []).append(rows[j : j + 1])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,27 @@ class NormScanIndex(Index):
     def _search(self, q: np.ndarray, k: int, max_items: int | None = None) -> SearchResult:
         return self._scan(q, k, max_items)[0]
 
+    # filtered search: allowed rows gathered in norm order keep the stop (docs/filters.md)
+    def _exact_under(self, params: dict) -> bool:
+        return params.get("max_items") is None
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._ids, self._x
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        return float(min(len(self), params["max_items"]))
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        n = len(self)
+        return min(n, int(np.ceil(2 * k * w))), {
+            "max_items": min(n, int(np.ceil(params["max_items"] * w)))}
+
+    def _exact_allowed(self, q: np.ndarray, k: int, ids: np.ndarray) -> tuple:
+        pos = np.sort(self._positions_of(ids))  # norm order
+        r = self._scan(q, min(k, ids.size), None, (self._x[pos], self._ids[pos],
+                                                    self._norms[pos]))[0]
+        return r.ids, r.scores
+
     def scan_fraction(self, q: Any, k: int, max_items: int | None = None) -> float:
         """The fraction of the items a search of q scans before every query stops (a measure
         of how much the norm tail helps on this data)."""
@@ -75,9 +96,10 @@ class NormScanIndex(Index):
             _, scanned = self._scan(q, min(check_k(k), n), max_items)
             return float(scanned.mean() / n)
 
-    def _scan(self, q: np.ndarray, k: int, max_items: int | None):
-        """(result, items scanned per query)."""
-        x, ids, norms = self._x, self._ids, self._norms
+    def _scan(self, q: np.ndarray, k: int, max_items: int | None, rows: tuple | None = None):
+        """(result, items scanned per query), over ``rows`` = (x, ids, norms) in norm order
+        (default: every item)."""
+        x, ids, norms = rows if rows is not None else (self._x, self._ids, self._norms)
         n = x.shape[0]
         budget = n if max_items is None else min(check_int("max_items", max_items, 1), n)
         nq = q.shape[0]
@@ -166,6 +188,17 @@ class NormIVFIndex(Index):
     def _search(self, q: np.ndarray, k: int, n_probe: int | None = None,
                 n_threads: int = 1) -> SearchResult:
         return self._scan(q, k, n_probe, n_threads)[0]
+
+    # filtered search (docs/filters.md): every list visited is exact; fewer lists are widened
+    def _exact_under(self, params: dict) -> bool:
+        n_probe = params.get("n_probe")
+        return n_probe is None or n_probe >= self.n_lists
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._ids, self._x
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        return len(self) * min(1.0, params["n_probe"] / max(self.n_lists, 1))
 
     def scored_fraction(self, q: Any, k: int, n_probe: int | None = None) -> float:
         """The mean fraction of the items a search of q scores (the rest are skipped by the

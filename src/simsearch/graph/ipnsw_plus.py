@@ -385,6 +385,23 @@ class IPNSWPlus(Index):
             stats.update(angular=a, ip=b, distances=a + b, queries=int(q.shape[0]))
         return SearchResult(ids, scores)
 
+    # filtered search (docs/filters.md): the beam widens by 1/selectivity and walks through
+    # disallowed nodes; only allowed ones are kept
+    filter_read_cost = 4.0
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        ef = params.get("ef") or max(k, 64)
+        return float(max(ef, k) * self._params["M"])
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        ef = params.get("ef") or max(k, 64)
+        ef = min(len(self), int(np.ceil(max(ef, k) * w)))
+        return ef, {**params, "ef": ef}
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self._n
+        return np.where(self._live[:n], self._pos_ids[:n], -1), self._xb[:n]
+
     # -- persistence ----------------------------------------------------------------------
 
     def _get_state(self):

@@ -239,6 +239,18 @@ class _RangedLSH(Index):
             ids, S, {"probed_items": int(probed.sum()), "probed_buckets": int(nb.sum())}
         )
 
+    # filtered search (docs/filters.md): the probed candidates grow by 1/selectivity
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._state.ids, self._state.x
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        return float(min(len(self), params.get("n_probe_items", 1000)))
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        n = len(self)
+        t = min(n, int(np.ceil(max(params.get("n_probe_items", 1000), k) * w)))
+        return min(t, int(np.ceil(2 * k * w))), {**params, "n_probe_items": t}
+
     def _probe_args(self, ranking: str, prune: bool) -> tuple:
         """The index arguments of the probe kernels (between the query and n_probe, k)."""
         st = self._state

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperationError
+from ..filters import IdFilter
 from ..hnsw import HNSWIndex
 from ..index import (
     IdSet,
@@ -586,10 +587,57 @@ class PyramidIndex(Index):
         hit[short] = counts > 0
         return hit
 
+    def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
+                         **params: Any) -> SearchResult:
+        """Each asked part applies the filter itself; with an allow list a part is asked only
+        for the allowed ids it holds, and not at all when it holds none (docs/filters.md)."""
+        return self._search(q, k, filt=filt, **params)
+
+    def _filtered_shares(self, q: np.ndarray, branching: int, meta_ef: int | None,
+                         filt: IdFilter) -> np.ndarray:
+        """Route as deep as the filter thins the items: ``branching`` times 1/selectivity
+        (rounded up to a power of two), so the routed centres hold about as many allowed items
+        as ``branching`` centres hold items without a filter."""
+        nq, n, m = q.shape[0], len(self), self.centres.shape[0]
+        by_branching: dict[int, list[np.ndarray]] = {}
+        everyone = np.arange(nq)
+        for i in [0] if filt.shared else range(nq):
+            count = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))[1]
+            w = 1 << max(0, int(np.ceil(np.log2(n / max(count, 1)))))
+            rows = everyone if filt.shared else everyone[i : i + 1]
+            by_branching.setdefault(min(m, branching * w), []).append(rows)
+        shares = np.zeros((nq, self.n_parts), np.float32)
+        for b, groups in by_branching.items():
+            rows = np.concatenate(groups)
+            shares[rows] = self.route_shares(q[rows], b, meta_ef)
+        return shares
+
+    def _allowed_per_part(self, filt: IdFilter, nq: int) -> list[list[np.ndarray]] | None:
+        """[query][part] the allowed ids each part holds (homes and MIPS copies), or None
+        without an allow list."""
+        if filt.allow is None:
+            return None
+        home, copies, P = self._home, self._copies, self.n_parts
+
+        def split(a: np.ndarray) -> list[np.ndarray]:
+            parts: list[list[int]] = [[] for _ in range(P)]
+            for i in a.tolist():
+                p = home.get(i)
+                if p is None:
+                    continue  # not held: ignored
+                parts[p].append(i)
+                for c in copies.get(i, ()):
+                    parts[c].append(i)
+            return [np.array(v, np.int64) for v in parts]
+
+        if not isinstance(filt.allow, list):
+            return [split(filt.allow)] * nq
+        return [split(a) for a in filt.allow]
+
     def _search(
         self, q: np.ndarray, k: int, branching: int = 10, meta_ef: int | None = None,
         require_complete: bool = True, part_effort: str = "uniform", min_ef: int | None = None,
-        **sub_params: Any,
+        filt: IdFilter | None = None, **sub_params: Any,
     ) -> SearchResult:
         branching = check_int("branching", branching, 1, 1 << 22)
         if not isinstance(require_complete, bool):
@@ -600,8 +648,18 @@ class PyramidIndex(Index):
                 f"part_effort must be 'share' or 'uniform'; got {part_effort!r}")
         if min_ef is not None:
             min_ef = check_int("min_ef", min_ef, 1, 1 << 20)
-        shares = self.route_shares(q, branching, meta_ef)
+        if filt is None:
+            shares = self.route_shares(q, branching, meta_ef)
+        else:
+            shares = self._filtered_shares(q, branching, meta_ef, filt)
         hit = self._widen_small(shares > 0, k)
+        per_part = None if filt is None else self._allowed_per_part(filt, q.shape[0])
+        if per_part is not None:
+            held = np.array([[v.size for v in row] for row in per_part], np.int64)
+            hit &= held > 0
+            # routed parts holding fewer than k allowed items: ask every part holding some
+            short = (held * hit).sum(1) < k
+            hit[short] = held[short] > 0
         ef = sub_params.get("ef")
         if ef is not None:  # checked here: the parts' calls convert it
             ef = sub_params["ef"] = check_int("ef", ef, 1, 1 << 20)
@@ -645,7 +703,19 @@ class PyramidIndex(Index):
             out.pop("ef", None)
             return out
 
-        calls = [(self.parts[p], q[rows], params_of(efs)) for p, rows, efs in jobs]
+        def filter_of(p: int, rows: np.ndarray) -> dict:
+            if filt is None:
+                return {}
+            out = filt.take(rows).kwargs()
+            if per_part is not None:
+                if filt.shared:
+                    out["allow"] = per_part[0][p]
+                else:
+                    out["allow"] = [per_part[i][p] for i in rows.tolist()]
+            return out
+
+        calls = [(self.parts[p], q[rows], {**params_of(efs), **filter_of(p, rows)})
+                 for p, rows, efs in jobs]
         if self._search_many is not None:  # remote parts: one fan-out, hedged, with deadlines
             results = self._search_many(calls, k)
         else:  # local sub-indexes, one after the other (each may use threads itself)

@@ -411,6 +411,26 @@ class NEQIndex(Index):
         ids = np.where(pos >= 0, self._items.ids[np.maximum(pos, 0)], -1)
         return SearchResult(ids.astype(np.int64), np.ascontiguousarray(S, np.float32))
 
+    # filtered search (docs/filters.md): the re-rank depth grows by 1/selectivity
+    def _stored(self) -> tuple[np.ndarray, np.ndarray | None]:
+        return self._items.ids, self._items.x
+
+    def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        it, pos = self._items, self._positions_of(ids)
+        return it.x[pos] if it.x is not None else self.decode(it.codes[pos], it.norm_codes[pos])
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        n, n_probe = len(self), params.get("n_probe")
+        frac = 1.0 if n_probe is None or not self.n_lists else min(1.0, n_probe / self.n_lists)
+        return n * frac * self.code_size / (4.0 * self.dim) + params.get("rerank", 0)
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        n = len(self)
+        kk = min(n, int(np.ceil(2 * k * w)))
+        if params.get("rerank"):
+            params = {**params, "rerank": min(n, max(kk, int(np.ceil(params["rerank"] * w))))}
+        return kk, params
+
     def _scan_rerank(self, q, k, rerank, n_probe, list_ranking, parallel):
         """The scan's best positions and scores: k, or ``rerank`` candidates re-scored exactly
         down to k."""
