@@ -58,3 +58,7 @@ class DatasetUnavailableError(SimsearchError, RuntimeError):
 class InvalidFilterError(SimsearchError, ValueError):
     """A malformed filter: allow/deny lists of the wrong shape or type, or a ``where`` expression
     with an unknown attribute or operator, or a value of the wrong type."""
+
+
+class InvalidAttributeError(SimsearchError, ValueError):
+    """Item attributes of the wrong type or length for the collection's schema."""

@@ -342,6 +342,11 @@ class Index:
     def is_trained(self) -> bool:
         return self._is_trained
 
+    def ids(self) -> np.ndarray:
+        """The ids held, sorted (a copy)."""
+        with self._lock.read():
+            return self._idset.sorted.copy()
+
     def contains(self, ids: Any) -> np.ndarray:
         """A boolean per id: is it in the index?"""
         ids = as_id_array(ids)

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DuplicateIdError, InvalidParameterError
+from ..errors import DuplicateIdError, InvalidFilterError, InvalidParameterError
+from ..filters import parse_filter
 from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
 from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
 
@@ -32,6 +33,19 @@ from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
 _REQUEST_OVERHEAD = 4096
 #: an int64 id as a protobuf varint takes at most 10 bytes
 _ID_BYTES = 10
+
+
+def _attribute_bytes_per_row(attributes: dict | None, n: int) -> int:
+    """About how many bytes of JSON one row's attributes take (twice the mean: headroom)."""
+    if not attributes or not n:
+        return 0
+    import json
+
+    try:
+        size = len(json.dumps({k: list(v) for k, v in attributes.items()}, default=str))
+    except TypeError:
+        return 0  # the server says what is wrong with them
+    return 2 * size // n + 1
 #: calls grpc retries on UNAVAILABLE (its service config). Add and Remove are retried too, but
 #: only when the call is idempotent (an upsert with explicit ids, a remove with missing_ok): the
 #: service config is per method and cannot tell, so Client._call does that one.
@@ -266,9 +280,11 @@ class Client:
     # -- collections ------------------------------------------------------------------------
 
     def create_collection(
-        self, name: str, dim: int, metric: str = "l2", kind: str = "flat", **build_params: Any
+        self, name: str, dim: int, metric: str = "l2", kind: str = "flat",
+        schema: dict[str, str] | None = None, **build_params: Any
     ) -> RemoteCollection:
-        """Create a collection holding an index of ``kind`` (see simsearch.index_kinds())."""
+        """Create a collection holding an index of ``kind`` (see simsearch.index_kinds());
+        ``schema`` declares attribute types (docs/filters.md), others are inferred on add."""
         info = self._call(
             "CreateCollection",
             self._pb.CreateCollectionRequest(
@@ -277,6 +293,7 @@ class Client:
                 metric=metric,
                 kind=kind,
                 params_json=self._convert.dump_params(build_params),
+                schema_json=self._convert.dump_params(schema or {}),
             ),
         )
         return RemoteCollection(self, info)
@@ -473,6 +490,7 @@ class RemoteCollection:
             "needs_training": i.needs_training,
             "supports_remove": i.supports_remove,
             "search_params": list(i.search_params),
+            "schema": json.loads(i.schema_json or "{}"),
         }
 
     def __len__(self) -> int:
@@ -552,16 +570,18 @@ class RemoteCollection:
             dists.append(to_distances(r.scores))
         return StringSearchResult(np.concatenate(ids), np.concatenate(dists))
 
-    def add(self, x: Any, ids: Any = None, upsert: bool = False) -> np.ndarray:
+    def add(self, x: Any, ids: Any = None, upsert: bool = False,
+            attributes: dict[str, Any] | None = None) -> np.ndarray:
         """Add (or with ``upsert`` replace) vectors, or strings in a string collection; returns
-        their int64 ids."""
+        their int64 ids. ``attributes``: {name: one value per item} (docs/filters.md)."""
         if self.holds_strings:
             return self._add_strings(x, ids, upsert)
         x = as_matrix(x, self.dim, self.metric)
         if ids is not None:
             ids = check_batch_ids(ids, x.shape[0])
         c = self._client
-        step = self._rows_per_call(self.dim * 4 + _ID_BYTES)
+        attr_row = _attribute_bytes_per_row(attributes, x.shape[0])
+        step = self._rows_per_call(self.dim * 4 + _ID_BYTES + attr_row)
         out = []
         for start in range(0, max(1, x.shape[0]), step):
             part = x[start : start + step]
@@ -570,6 +590,9 @@ class RemoteCollection:
                 vectors=c._convert.to_matrix(part),
                 auto_ids=ids is None,
                 upsert=upsert,
+                attributes_json=c._convert.dump_params(
+                    {k: list(v[start : start + step]) for k, v in attributes.items()}
+                    if attributes else {}),
             )
             if ids is not None:
                 req.ids.extend(ids[start : start + step].tolist())
@@ -577,28 +600,49 @@ class RemoteCollection:
                                   dtype=np.int64))
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
-    def search(self, q: Any, k: int, **params: Any) -> SearchResult:
+    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
+               where: dict | None = None, **params: Any) -> SearchResult:
         """Top-k per query row; per-call parameters as the collection's index kind takes them.
-        A string collection takes a list of str and returns a StringSearchResult (ids, edit
-        distances)."""
+        ``allow`` / ``deny``: id lists (one for every query, or one per query) and ``where``: a
+        filter over the attributes (docs/filters.md). A string collection takes a list of str
+        and returns a StringSearchResult (ids, edit distances)."""
         k = check_k(k)
         if self.holds_strings:
             return self._search_strings(q, k, params)
         q = as_matrix(q, self.dim, self.metric, "queries")
+        filt = parse_filter(allow, deny, q.shape[0])
         c = self._client
         pj = c._convert.dump_params(params)
-        step = self._rows_per_call(max(self.dim * 4, k * c._convert.RESULT_BYTES))
+        wj = c._convert.dump_params(where) if where is not None else ""
+        if where is not None and not wj:
+            wj = "{}"
+        budget = c.max_message_bytes - _REQUEST_OVERHEAD - len(wj)
+        shared = sum(v.nbytes for v in (filt.allow, filt.deny) if isinstance(v, np.ndarray)) \
+            if filt is not None else 0
+        if shared > budget // 2:
+            return self._search_split_allow(q, k, filt, where, params, budget // 2)
+        per_row = 0
+        if filt is not None and not filt.shared:
+            per_row = max(sum(len(v[i]) for v in (filt.allow, filt.deny) if isinstance(v, list))
+                          for i in range(q.shape[0])) * 8
+        step = max(1, (budget - shared) // max(
+            1, max(self.dim * 4, k * c._convert.RESULT_BYTES) + per_row))
         ids, scores, parts = [], [], []
         for start in range(0, max(1, q.shape[0]), step):
-            resp = c._call(
-                "Search",
-                c._pb.SearchRequest(
-                    collection=self.name,
-                    queries=c._convert.to_matrix(q[start : start + step]),
-                    k=k,
-                    params_json=pj,
-                ),
+            req = c._pb.SearchRequest(
+                collection=self.name,
+                queries=c._convert.to_matrix(q[start : start + step]),
+                k=k,
+                params_json=pj,
+                where_json=wj,
             )
+            if filt is not None:
+                sub = filt.take(np.arange(start, min(start + step, q.shape[0])))
+                if sub.allow is not None:
+                    req.allow.CopyFrom(c._convert.to_id_list(sub.allow))
+                if sub.deny is not None:
+                    req.deny.CopyFrom(c._convert.to_id_list(sub.deny))
+            resp = c._call("Search", req)
             r = c._convert.from_search_response(resp)
             ids.append(r.ids)
             scores.append(r.scores)
@@ -613,6 +657,24 @@ class RemoteCollection:
             return CoveredSearchResult(np.concatenate(ids), np.concatenate(scores),
                                        coverage=float(np.dot(n, coverage) / n.sum()))
         return SearchResult(np.concatenate(ids), np.concatenate(scores))
+
+    def _search_split_allow(self, q, k, filt, where, params, budget) -> SearchResult:
+        """A shared allow list larger than a message: search its pieces and keep the best k of
+        all (the answer over a union is the best of the answers over its parts)."""
+        if isinstance(filt.deny, np.ndarray) and filt.deny.nbytes > budget:
+            raise InvalidFilterError(
+                f"a deny list of {filt.deny.size} ids does not fit one message "
+                f"({self._client.max_message_bytes} bytes); raise max_message_bytes, or pass "
+                "the complement as an allow list")
+        step = max(1, budget // 8)
+        hib = self.metric != "l2"
+        pieces = [self.search(q, k, allow=filt.allow[i : i + step], deny=filt.deny, where=where,
+                              **params) for i in range(0, filt.allow.size, step)]
+        ids = np.concatenate([r.ids for r in pieces], axis=1)
+        scores = np.concatenate([r.scores for r in pieces], axis=1)
+        order = np.argsort(-scores if hib else scores, axis=1, kind="stable")[:, :k]
+        return SearchResult(np.take_along_axis(ids, order, 1),
+                            np.take_along_axis(scores, order, 1))
 
     def remove(self, ids: Any, missing_ok: bool = False) -> int:
         """Remove ids; with ``missing_ok`` ids that are not stored are skipped."""

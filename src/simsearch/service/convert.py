@@ -7,7 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DimensionMismatchError, InvalidParameterError, InvalidVectorError
+from ..errors import (
+    DimensionMismatchError,
+    InvalidFilterError,
+    InvalidParameterError,
+    InvalidVectorError,
+)
 from ..index import SearchResult
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 
@@ -79,6 +84,8 @@ def from_search_response(resp: pb.SearchResponse) -> SearchResult:
 
 
 def _json_default(o: Any) -> Any:
+    if isinstance(o, np.bool_):
+        return bool(o)
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
@@ -107,3 +114,34 @@ def load_params(text: str, what: str = "params_json") -> dict[str, Any]:
     if not isinstance(out, dict):
         raise InvalidParameterError(f"{what} must be a JSON object; got {type(out).__name__}")
     return out
+
+
+def to_id_list(v: np.ndarray | list[np.ndarray]) -> pb.IdList:
+    """A filter's id list (simsearch.filters: one array, or one per query) as its message."""
+    if isinstance(v, list):
+        return pb.IdList(ids=np.concatenate([np.asarray(a, _I64) for a in v] or
+                                            [np.empty(0, _I64)]).tobytes(),
+                         lengths=[len(a) for a in v])
+    return pb.IdList(ids=np.ascontiguousarray(v, dtype=_I64).tobytes())
+
+
+def from_id_list(m: pb.IdList, nq: int, what: str) -> np.ndarray | list[np.ndarray]:
+    ids = ids_from_bytes(m.ids, what)
+    if not m.lengths:
+        return ids
+    lengths = np.asarray(m.lengths, np.int64)
+    if lengths.size != nq or int(lengths.sum()) != ids.size:
+        raise InvalidFilterError(
+            f"{what}: per-query lengths must give one count per query ({nq}) summing to the "
+            f"{ids.size} ids; got {lengths.size} counts summing to {int(lengths.sum())}")
+    return np.split(ids, np.cumsum(lengths)[:-1])
+
+
+def load_json(text: str, what: str) -> Any:
+    """A JSON field (attributes, a where filter, a schema); None when empty."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidFilterError(f"{what} must be valid JSON") from None

@@ -100,6 +100,7 @@ def _info(col: Collection) -> pb.CollectionInfo:
         needs_training=d["needs_training"],
         supports_remove=d["supports_remove"],
         search_params=d["search_params"],
+        schema_json=json.dumps(d.get("schema", {})),
     )
 
 
@@ -127,8 +128,10 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def CreateCollection(self, request, context, deadline):
         params = convert.load_params(request.params_json, "params_json (build parameters)")
+        schema = convert.load_json(request.schema_json, "schema_json")
         col = self.store.create(
-            request.name, request.dim, request.metric or "l2", request.kind or "flat", params
+            request.name, request.dim, request.metric or "l2", request.kind or "flat", params,
+            schema=schema,
         )
         return _info(col)
 
@@ -171,7 +174,8 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
             convert.from_matrix(request.vectors, col.config["dim"])
         self._check_decoded_ids(len(request.ids))
         ids = None if request.auto_ids else np.asarray(request.ids, dtype=np.int64)
-        out = col.add(x, ids, upsert=request.upsert, deadline=deadline)
+        attributes = convert.load_json(request.attributes_json, "attributes_json")
+        out = col.add(x, ids, upsert=request.upsert, deadline=deadline, attributes=attributes)
         return pb.AddResponse(ids=out.tolist())
 
     @_rpc
@@ -198,6 +202,17 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         q = list(request.query_texts) if _is_strings(col) else \
             convert.from_matrix(request.queries, col.config["dim"], "queries")
         params = convert.load_params(request.params_json, "params_json (search parameters)")
+        for name in ("allow", "deny", "where"):
+            if name in params:
+                raise InvalidParameterError(
+                    f"{name} goes in the request's own field, not in params_json")
+        for name in ("allow", "deny"):
+            if request.HasField(name):
+                lists = getattr(request, name)
+                self._check_decoded_ids(len(lists.ids) // 8)
+                params[name] = convert.from_id_list(lists, len(q), name)
+        if request.where_json:
+            params["where"] = convert.load_json(request.where_json, "where_json")
         k = request.k
         if 1 <= k <= MAX_K:  # out-of-range k is refused by the index with its own message
             need = len(q) * k * convert.RESULT_BYTES + _RESPONSE_OVERHEAD

@@ -20,6 +20,7 @@ while a write changes the index.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from ..errors import (
     InvalidParameterError,
     NotTrainedError,
 )
+from ..filters import parse_filter
 from ..index import (
     Index,
     SearchResult,
@@ -52,6 +54,7 @@ from ..index import (
     load,
 )
 from . import wal as walmod
+from .attributes import AttributeTable, check_schema
 from .errors import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -71,6 +74,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SNAP_RE = re.compile(r"^snapshot-(\d+)\.idx$")
 _WAL_RE = re.compile(r"^wal-(\d+)\.log$")
 _PART_RE = re.compile(r"^part-(\d+)\.json$")
+_ATTR_RE = re.compile(r"^attrs-(\d+)\.bin$")
 _PART_OPS = (walmod.OP_PART_PREPARE, walmod.OP_PART_SYNC)
 DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
 # A log is also snapshotted once it outgrows the snapshot it follows (and this floor): replaying it
@@ -119,16 +123,29 @@ def _search_per_query(index: Index, q: Any, k: int, params: dict) -> SearchResul
     groups: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         groups.setdefault(tuple(map(json.dumps, key)), []).append(i)
+    filt = {name: params.pop(name) for name in ("allow", "deny") if name in params}
+    parsed = parse_filter(filt.get("allow"), filt.get("deny"), q.shape[0])
     ids = scores = None
     for rows in groups.values():
+        if parsed is not None:
+            params.update(parsed.take(np.asarray(rows)).kwargs())
         r = index.search(q[rows], k, **params, **dict(zip(per, keys[rows[0]], strict=True)))
         if ids is None:
             ids = np.empty((q.shape[0], r.ids.shape[1]), r.ids.dtype)
             scores = np.empty((q.shape[0], r.scores.shape[1]), r.scores.dtype)
         ids[rows], scores[rows] = r.ids, r.scores
     if ids is None:
-        return index.search(q, k, **params)
+        return index.search(q, k, **params, **filt)
     return SearchResult(ids, scores)
+
+
+def _and_allow(allow: Any, matched: np.ndarray) -> Any:
+    """An allow list (None, one array, or one per query) narrowed to the ids a where matched."""
+    if allow is None:
+        return matched
+    if isinstance(allow, list):
+        return [np.intersect1d(np.asarray(a, np.int64), matched) for a in allow]
+    return np.intersect1d(np.asarray(allow, np.int64), matched)
 
 
 def _check_unique(ids: np.ndarray, what: str) -> None:
@@ -206,41 +223,64 @@ def items_of(config: dict) -> _Vectors:
     return _Strings() if config.get("kind") == "strings" else _Vectors()
 
 
-def _upsert(index: Index, x: Any, ids: np.ndarray) -> None:
-    """Replace the items of ids that exist and add the others; checked before anything changes."""
+def _upsert(index: Index, x: Any, ids: np.ndarray, attrs: AttributeTable | None = None,
+            checked: dict | None = None) -> None:
+    """Replace the items of ids that exist and add the others, attributes too; checked before
+    anything changes."""
     present = index.contains(ids)
     if present.any():
         index.remove(ids[present])
     index.add(x, ids)
+    if attrs is not None:
+        attrs.remove(ids[present])
+        attrs.add(ids, checked or {})
 
 
-def _apply(index: Index, rec: walmod.Record, items: _Vectors) -> None:
+def _attributes_blob(checked: dict) -> tuple[bytes, ...]:
+    """A write's attributes as the log record's third blob (none: no blob)."""
+    if not checked:
+        return ()
+    return (json.dumps({k: [t, v] for k, (t, v) in checked.items()}).encode(),)
+
+
+def _attributes_of(rec: walmod.Record) -> dict:
+    return {k: (t, v) for k, (t, v) in json.loads(rec.blobs[2]).items()} \
+        if len(rec.blobs) > 2 else {}
+
+
+def _apply(index: Index, rec: walmod.Record, items: _Vectors, attrs: AttributeTable) -> None:
     """Replay one log record."""
     if rec.op == walmod.OP_REMOVE:
-        index.remove(np.frombuffer(rec.blobs[0], np.int64))
+        ids = np.frombuffer(rec.blobs[0], np.int64)
+        index.remove(ids)
+        attrs.remove(ids)
         return
     x = items.from_bytes(rec.blobs[0], index)
     if rec.op == walmod.OP_TRAIN:
         index.train(x)
     elif rec.op == walmod.OP_ADD:
-        index.add(x, np.frombuffer(rec.blobs[1], np.int64))
+        ids = np.frombuffer(rec.blobs[1], np.int64)
+        index.add(x, ids)
+        attrs.add(ids, _attributes_of(rec))
     elif rec.op == walmod.OP_UPSERT:
-        _upsert(index, x, np.frombuffer(rec.blobs[1], np.int64))
+        _upsert(index, x, np.frombuffer(rec.blobs[1], np.int64), attrs, _attributes_of(rec))
     else:
         raise ValueError(f"unknown log op {rec.op}")
 
 
-def _apply_part_op(index: Index, op: PartOp) -> None:
+def _apply_part_op(index: Index, op: PartOp, attrs: AttributeTable) -> None:
     if op.remove:
         ids = op.ids[index.contains(op.ids)]
         if ids.size:
             index.remove(ids)
+            attrs.remove(ids)
     else:
-        _upsert(index, op.x, op.ids)
+        _upsert(index, op.x, op.ids, attrs)
 
 
 def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, items: _Vectors,
-                 shape_of: Index | None = None) -> list[PartOp]:
+                 shape_of: Index | None = None,
+                 attrs: AttributeTable | None = None) -> list[PartOp]:
     """Replay one fenced part record (Collection.part_prepare / part_sync) on ``state`` and
     ``index`` (None: the state only, to list the applied ops; ``shape_of`` then gives the
     vectors' shape). Returns the ops a sync record applied."""
@@ -259,7 +299,7 @@ def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, it
         raise ValueError(f"part sync record {m} does not follow the prepared ops")
     if index is not None:
         for op in ops:
-            _apply_part_op(index, op)
+            _apply_part_op(index, op, attrs)
     state.raise_term(m["term"])
     if ops:
         state.mark_applied(m["through"])
@@ -330,15 +370,21 @@ class Collection:
             fenced = FencedState.from_json(json.loads(part.read_text())) if g and part.exists() \
                 else None
             base_applied = fenced.applied if fenced is not None else 0
+            attrs_file = self.path / f"attrs-{g}.bin"
+            if g and attrs_file.exists():
+                attrs = AttributeTable.load(attrs_file)
+            else:  # a snapshot from before attributes: its items get rows without values
+                attrs = AttributeTable(self.config.get("schema"))
+                attrs.add(index.ids(), {})
             records, torn = WriteAheadLog.recover(self.path / f"wal-{g}.log")
             if torn:
                 log.warning("collection %s: dropped a torn last log record", self.name)
             for rec in records:
                 if rec.op in _PART_OPS:
                     fenced = fenced or FencedState()
-                    _replay_part(index, fenced, rec, self.items)
+                    _replay_part(index, fenced, rec, self.items, attrs=attrs)
                 else:
-                    _apply(index, rec, self.items)
+                    _apply(index, rec, self.items, attrs)
         except CorruptIndexError as exc:
             self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery", exc)
             return
@@ -346,10 +392,11 @@ class Collection:
             self._mark_damaged(f"collection {self.name!r} could not replay its log", exc)
             return
         for f in files:  # older generations and temporaries left by an interrupted snapshot
-            m = _SNAP_RE.match(f) or _WAL_RE.match(f) or _PART_RE.match(f)
+            m = _SNAP_RE.match(f) or _WAL_RE.match(f) or _PART_RE.match(f) or _ATTR_RE.match(f)
             if (m and int(m.group(1)) != g) or f.startswith("."):
                 (self.path / f).unlink(missing_ok=True)
         self.index, self.generation, self.damaged = index, g, None
+        self.attrs = attrs
         self.fenced = fenced
         self._wal_base_applied = base_applied
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size if g else 0
@@ -403,16 +450,24 @@ class Collection:
             needs_training=type(index).needs_training,
             supports_remove=_supports_remove(index),
             search_params=sorted(type(index).search_params),
+            schema=dict(self.attrs.schema),
         )
         return out
 
     def search(self, q: Any, k: int, params: dict, deadline: float | None = None) -> SearchResult:
         """``params["per_query"]``, if given, maps parameter names to one value per query (a
-        coordinator asking one part with different beams per query in one call)."""
+        coordinator asking one part with different beams per query in one call). ``allow`` /
+        ``deny`` id lists and a ``where`` filter over the attributes (docs/filters.md) may be
+        among the params."""
         with self._rw.read(deadline):
+            index = self._index()
+            if "where" in params:
+                params = dict(params)
+                params["allow"] = _and_allow(params.get("allow"),
+                                             self.attrs.where(params.pop("where")))
             if "per_query" not in params:
-                return self._index().search(q, k, **params)
-            return _search_per_query(self._index(), q, k, params)
+                return index.search(q, k, **params)
+            return _search_per_query(index, q, k, params)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -449,11 +504,15 @@ class Collection:
             self._snapshot_locked()
 
     def add(
-        self, x: Any, ids: Any = None, upsert: bool = False, deadline: float | None = None
+        self, x: Any, ids: Any = None, upsert: bool = False, deadline: float | None = None,
+        attributes: dict | None = None,
     ) -> np.ndarray:
+        """Add (or with ``upsert`` replace) items; ``attributes`` maps names to one value per
+        item (docs/filters.md). Everything is checked before anything changes."""
         with self._write(deadline) as index:
             x = self.items.check(index, x)
             n = self.items.count(x)
+            checked = self.attrs.check(attributes, n)
             if upsert and ids is not None:
                 ids = as_id_array(ids)
                 if ids.shape[0] != n:
@@ -464,16 +523,18 @@ class Collection:
                 if not index.is_trained:
                     raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
                 with self._rw.write():
-                    _upsert(index, x, ids)
+                    _upsert(index, x, ids, self.attrs, checked)
                 op = walmod.OP_UPSERT
             else:
                 if ids is not None:  # a batch that repeats an id is a bad argument, not a clash
                     _check_unique(as_id_array(ids), "ids must be unique within a batch")
                 with self._rw.write():
                     ids = index.add(x, ids)
+                    self.attrs.add(ids, checked)
                 op = walmod.OP_ADD
             if n:
-                self._log(op, {"n": n}, (self.items.to_bytes(x), ids.tobytes()))
+                self._log(op, {"n": n}, (self.items.to_bytes(x), ids.tobytes(),
+                                         *_attributes_blob(checked)))
             return ids
 
     def remove(self, ids: Any, deadline: float | None = None, missing_ok: bool = False) -> int:
@@ -484,6 +545,7 @@ class Collection:
                 ids = ids[index.contains(ids)]
             with self._rw.write():
                 n = index.remove(ids)
+                self.attrs.remove(ids)
             if n:
                 self._log(walmod.OP_REMOVE, {"n": n}, (ids.tobytes(),))
             return n
@@ -548,7 +610,7 @@ class Collection:
                 if ops:
                     with self._rw.write():
                         for op in ops:
-                            _apply_part_op(index, op)
+                            _apply_part_op(index, op, self.attrs)
                     state.mark_applied(through)
                 state.raise_term(term)
                 self.fenced = state  # a failed append reloads state and index from disk
@@ -600,6 +662,7 @@ class Collection:
             state = json.dumps(self.fenced.to_json()).encode()
             atomic_write(self.path / f"part-{g}.json", lambda f: f.write(state))
         with self._rw.read():  # searches go on; writes are held by the writer lock
+            self.attrs.save(self.path / f"attrs-{g}.bin")  # before the snapshot: its commit
             self.index.save(self.path / f"snapshot-{g}.idx")
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size
         self._wal_base_applied = self.fenced.applied if self.fenced is not None else 0
@@ -607,7 +670,8 @@ class Collection:
         old_wal, old_g = self._wal, self.generation
         self._wal, self.generation = new_wal, g
         old_wal.close()
-        for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log", f"part-{old_g}.json"):
+        for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log", f"part-{old_g}.json",
+                  f"attrs-{old_g}.bin"):
             (self.path / f).unlink(missing_ok=True)
         fsync_dir(self.path)
         log.info("collection %s: snapshot generation %d (%d items)", self.name, g, len(self.index))
@@ -620,6 +684,8 @@ class Collection:
             config = dict(self.config)
             if self.fenced is not None:
                 config["part_state"] = self.fenced.to_json()
+            config["attributes"] = base64.b64encode(
+                (self.path / f"attrs-{self.generation}.bin").read_bytes()).decode()
             return config, (self.path / f"snapshot-{self.generation}.idx").read_bytes()
 
     def close(self) -> None:
@@ -657,8 +723,11 @@ class Store:
     def names(self) -> list[str]:
         return sorted(self._collections)
 
-    def create(self, name: str, dim: int, metric: str, kind: str, params: dict) -> Collection:
+    def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
+               schema: dict | None = None) -> Collection:
+        """A new collection; ``schema`` declares attribute types (others are inferred)."""
         check_name(name)
+        schema = check_schema(schema)
         if not isinstance(params, dict):
             raise InvalidParameterError(f"build params must be a JSON object; got {params!r}")
         try:  # validates kind, dim, metric, params
@@ -672,6 +741,8 @@ class Store:
             tmp = self.root / f".create-{uuid.uuid4().hex}"
             tmp.mkdir()
             config = {"dim": dim, "metric": metric, "kind": kind, "params": params}
+            if schema:
+                config["schema"] = schema
             with open(tmp / "collection.json", "w") as f:
                 json.dump(config, f)
                 f.flush()
@@ -692,6 +763,7 @@ class Store:
         config = dict(config)
         part_state = config.pop("part_state", None)
         fence_term = int(config.pop("fence_term", 0) or 0)
+        attributes = config.pop("attributes", None)
         with self._lock:
             old = self._collections.get(name)
             if old is not None and old.fenced is not None:
@@ -717,6 +789,10 @@ class Store:
                     os.fsync(f.fileno())
                 items_of(config).load_index(snap, config)  # CorruptIndexError before the old
                 # copy is touched
+                if attributes is not None:
+                    atomic_write(tmp / "attrs-1.bin",
+                                 lambda f: f.write(base64.b64decode(attributes)))
+                    AttributeTable.load(tmp / "attrs-1.bin")
                 fsync_dir(tmp)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -119,14 +119,20 @@ class StringCollectionIndex:
             return np.zeros(ids.shape, bool)
         return self.strings.contains(ids)
 
-    def search(self, queries: Any, k: int, **params: Any) -> SearchResult:
+    def ids(self) -> np.ndarray:
+        """The ids stored, sorted."""
+        return np.empty(0, np.int64) if self.strings is None else self.strings.ids()
+
+    def search(self, queries: Any, k: int, allow: Any = None, deny: Any = None,
+               **params: Any) -> SearchResult:
         """Top-k by exact edit distance; scores are the distances (float32, +inf padding)."""
         unknown = set(params) - self.search_params
         if unknown:
             raise InvalidParameterError(
                 f"unknown search parameter(s) {sorted(unknown)} for a string collection; "
                 f"allowed: {sorted(self.search_params)}")
-        res = self._trained().search(check_strings(queries, "queries"), k, **params)
+        res = self._trained().search(check_strings(queries, "queries"), k, allow=allow,
+                                     deny=deny, **params)
         scores = res.distances.astype(np.float32)
         scores[res.distances == PAD_DISTANCE] = np.inf
         return SearchResult(res.ids, scores)

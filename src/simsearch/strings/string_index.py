@@ -122,10 +122,16 @@ class StringIndex:
                     f"ids must be stored; {len(missing)} are not, e.g. id {missing[0]}")
             return [self._strings[i] for i in ids]
 
+    def ids(self) -> np.ndarray:
+        """The ids stored, sorted."""
+        return self._vectors.ids()
+
     def search(self, queries: list[str], k: int, n_candidates: int | None = None,
-               ef: int | None = None, n_threads: int = 1) -> StringSearchResult:
+               ef: int | None = None, n_threads: int = 1, allow: Any = None,
+               deny: Any = None) -> StringSearchResult:
         """Top-k strings by exact edit distance among the ``n_candidates`` embedding-nearest
-        (the paper's T), ties by smaller id."""
+        (the paper's T), ties by smaller id; ``allow`` / ``deny`` as for vector indexes
+        (the candidates are found among the allowed items)."""
         queries = check_strings(queries, "queries")
         k = check_k(k)
         T = max(k, 1024) if n_candidates is None else check_int("n_candidates", n_candidates, 1)
@@ -133,9 +139,10 @@ class StringIndex:
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         xq = self.encoder.encode(queries)
         with self._lock.read():  # candidates and their strings from one state of the index
-            return self._search(queries, xq, k, T, ef, n_threads)
+            return self._search(queries, xq, k, T, ef, n_threads, allow, deny)
 
-    def _search(self, queries, xq, k, T, ef, n_threads) -> StringSearchResult:
+    def _search(self, queries, xq, k, T, ef, n_threads, allow=None,
+                deny=None) -> StringSearchResult:
         nq = len(queries)
         ids = np.full((nq, k), -1, np.int64)
         dists = np.full((nq, k), PAD_DISTANCE, np.int32)
@@ -146,7 +153,8 @@ class StringIndex:
             params["ef"] = max(T, ef or 0)
         if "n_threads" in self._vectors.search_params:
             params["n_threads"] = n_threads
-        cand = self._vectors.search(xq, min(T, len(self)), **params).ids
+        cand = self._vectors.search(xq, min(T, len(self)), allow=allow, deny=deny,
+                                    **params).ids
         strings = self._strings
         for r in range(nq):
             c = cand[r][cand[r] >= 0]

@@ -17,7 +17,7 @@ class Matrix(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params")
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params", "schema_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class CollectionInfo(_message.Message):
     NEEDS_TRAINING_FIELD_NUMBER: _ClassVar[int]
     SUPPORTS_REMOVE_FIELD_NUMBER: _ClassVar[int]
     SEARCH_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     metric: str
@@ -38,21 +39,24 @@ class CollectionInfo(_message.Message):
     needs_training: bool
     supports_remove: bool
     search_params: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ...) -> None: ...
+    schema_json: str
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ...) -> None: ...
 
 class CreateCollectionRequest(_message.Message):
-    __slots__ = ("name", "dim", "metric", "kind", "params_json")
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "schema_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     metric: str
     kind: str
     params_json: str
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ...) -> None: ...
+    schema_json: str
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., schema_json: _Optional[str] = ...) -> None: ...
 
 class CollectionRequest(_message.Message):
     __slots__ = ("name",)
@@ -93,20 +97,22 @@ class TrainResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("collection", "vectors", "ids", "auto_ids", "upsert", "texts")
+    __slots__ = ("collection", "vectors", "ids", "auto_ids", "upsert", "texts", "attributes_json")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
     AUTO_IDS_FIELD_NUMBER: _ClassVar[int]
     UPSERT_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_JSON_FIELD_NUMBER: _ClassVar[int]
     collection: str
     vectors: Matrix
     ids: _containers.RepeatedScalarFieldContainer[int]
     auto_ids: bool
     upsert: bool
     texts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[_Iterable[int]] = ..., auto_ids: _Optional[bool] = ..., upsert: _Optional[bool] = ..., texts: _Optional[_Iterable[str]] = ...) -> None: ...
+    attributes_json: str
+    def __init__(self, collection: _Optional[str] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[_Iterable[int]] = ..., auto_ids: _Optional[bool] = ..., upsert: _Optional[bool] = ..., texts: _Optional[_Iterable[str]] = ..., attributes_json: _Optional[str] = ...) -> None: ...
 
 class AddResponse(_message.Message):
     __slots__ = ("ids",)
@@ -131,18 +137,32 @@ class RemoveResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("collection", "queries", "k", "params_json", "query_texts")
+    __slots__ = ("collection", "queries", "k", "params_json", "query_texts", "allow", "deny", "where_json")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERIES_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     QUERY_TEXTS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    WHERE_JSON_FIELD_NUMBER: _ClassVar[int]
     collection: str
     queries: Matrix
     k: int
     params_json: str
     query_texts: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, collection: _Optional[str] = ..., queries: _Optional[_Union[Matrix, _Mapping]] = ..., k: _Optional[int] = ..., params_json: _Optional[str] = ..., query_texts: _Optional[_Iterable[str]] = ...) -> None: ...
+    allow: IdList
+    deny: IdList
+    where_json: str
+    def __init__(self, collection: _Optional[str] = ..., queries: _Optional[_Union[Matrix, _Mapping]] = ..., k: _Optional[int] = ..., params_json: _Optional[str] = ..., query_texts: _Optional[_Iterable[str]] = ..., allow: _Optional[_Union[IdList, _Mapping]] = ..., deny: _Optional[_Union[IdList, _Mapping]] = ..., where_json: _Optional[str] = ...) -> None: ...
+
+class IdList(_message.Message):
+    __slots__ = ("ids", "lengths")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    ids: bytes
+    lengths: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[bytes] = ..., lengths: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("rows", "k", "ids", "scores", "coverage")

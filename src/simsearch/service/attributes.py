@@ -1,0 +1,342 @@
+"""Typed item attributes of a collection and the ``where`` filter language over them
+(docs/filters.md, "Attributes and where").
+
+Columns are numpy arrays aligned with the sorted ids of every item the collection holds: int64,
+float64 and bool with a "present" mask, keywords as int32 codes into a per-column dictionary,
+lists of keywords as flat (id, code) pairs. A filter becomes a boolean mask over the rows in a
+few vectorized passes, then the allowed ids the index's planner takes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidAttributeError, InvalidFilterError
+from ..filters import in_sorted
+from ..index import read_index_file, write_index_file
+
+TYPES = ("int", "float", "bool", "keyword", "keywords")
+_NUMERIC_OPS = ("eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exists")
+_EQUALITY_OPS = ("eq", "ne", "in", "nin", "exists")
+OPS = {"int": _NUMERIC_OPS, "float": _NUMERIC_OPS, "bool": _EQUALITY_OPS,
+       "keyword": _EQUALITY_OPS, "keywords": _EQUALITY_OPS}
+FORMAT = "simsearch-attributes"
+
+
+def check_schema(schema: Any) -> dict[str, str]:
+    """A declared schema: {attribute name: one of TYPES}."""
+    if schema is None:
+        return {}
+    if not isinstance(schema, dict):
+        raise InvalidAttributeError(f"schema must map attribute names to types {list(TYPES)}; "
+                                    f"got {type(schema).__name__}")
+    for name, t in schema.items():
+        _check_name(name)
+        if t not in TYPES:
+            raise InvalidAttributeError(
+                f"attribute {name!r}: type must be one of {list(TYPES)}; got {t!r}")
+    return dict(schema)
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name or name.startswith("$") or len(name) > 128:
+        raise InvalidAttributeError(
+            f"attribute names must be 1-128 character strings not starting with '$'; got "
+            f"{name!r}")
+
+
+def _value_type(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, np.integer)):
+        return "int"
+    if isinstance(v, (float, np.floating)):
+        return "float"
+    if isinstance(v, str):
+        return "keyword"
+    if isinstance(v, (list, tuple)):
+        return "keywords"
+    return "?"
+
+
+def infer_type(name: str, values: list) -> str | None:
+    """The type of a new column from its values: None when every value is missing."""
+    types = {_value_type(v) for v in values} - {None}
+    if not types:
+        return None
+    if types == {"int", "float"}:
+        return "float"
+    if len(types) > 1 or "?" in types:
+        raise InvalidAttributeError(
+            f"attribute {name!r} mixes value types {sorted(types)}; a column holds one of "
+            f"{list(TYPES)} (None for a missing value)")
+    return types.pop()
+
+
+def _column_values(name: str, t: str, values: list) -> list:
+    """Values checked against type t (None: missing), in their canonical Python form."""
+    out = []
+    for v in values:
+        vt = _value_type(v)
+        ok = vt is None or vt == t or (t == "float" and vt == "int")
+        if ok and t == "keywords" and v is not None:
+            ok = all(isinstance(s, str) for s in v)
+        if not ok:
+            raise InvalidAttributeError(
+                f"attribute {name!r} holds {t} values; got {v!r} ({type(v).__name__})")
+        if v is None:
+            out.append(None)
+        elif t == "float":
+            if not math.isfinite(float(v)):
+                raise InvalidAttributeError(f"attribute {name!r} must be finite; got {v!r}")
+            out.append(float(v))
+        elif t == "int":
+            if not -(2**63) <= int(v) < 2**63:
+                raise InvalidAttributeError(f"attribute {name!r} must fit int64; got {v!r}")
+            out.append(int(v))
+        elif t == "bool":
+            out.append(bool(v))
+        elif t == "keywords":
+            out.append(list(v))
+        else:
+            out.append(v)
+    return out
+
+
+class AttributeTable:
+    """The attributes of every item a collection holds, one typed column per name."""
+
+    def __init__(self, schema: dict[str, str] | None = None):
+        self.schema: dict[str, str] = dict(schema or {})
+        self.ids = np.empty(0, np.int64)  # sorted: every item held
+        self.cols: dict[str, dict[str, np.ndarray]] = {}
+        self.words: dict[str, list[str]] = {}  # keyword dictionaries
+        self._code: dict[str, dict[str, int]] = {}
+        for name, t in self.schema.items():
+            self._new_column(name, t)
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def _new_column(self, name: str, t: str) -> None:
+        n = self.ids.size
+        if t in ("int", "float", "bool"):
+            dt = {"int": np.int64, "float": np.float64, "bool": np.bool_}[t]
+            self.cols[name] = {"values": np.zeros(n, dt), "present": np.zeros(n, bool)}
+        elif t == "keyword":
+            self.cols[name] = {"codes": np.full(n, -1, np.int32)}
+        else:
+            self.cols[name] = {"present": np.zeros(n, bool), "flat_ids": np.empty(0, np.int64),
+                               "flat_codes": np.empty(0, np.int32)}
+        if t in ("keyword", "keywords"):
+            self.words.setdefault(name, [])
+            self._code[name] = {w: i for i, w in enumerate(self.words[name])}
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def check(self, attributes: Any, n: int) -> dict[str, tuple[str, list]]:
+        """Validate a batch's attributes ({name: n values}) before anything changes: returns
+        {name: (type, canonical values)}; raises InvalidAttributeError naming the attribute."""
+        if attributes is None:
+            return {}
+        if not isinstance(attributes, dict):
+            raise InvalidAttributeError(
+                f"attributes must map names to one value per item; got "
+                f"{type(attributes).__name__}")
+        out = {}
+        for name, values in attributes.items():
+            _check_name(name)
+            if isinstance(values, np.ndarray):
+                values = values.tolist()
+            if not isinstance(values, (list, tuple)) or len(values) != n:
+                got = len(values) if isinstance(values, (list, tuple)) else type(values).__name__
+                raise InvalidAttributeError(
+                    f"attribute {name!r} needs one value per item ({n}); got {got}")
+            t = self.schema.get(name) or infer_type(name, list(values))
+            if t is None:
+                continue  # all missing in a new column: nothing to store
+            out[name] = (t, _column_values(name, t, list(values)))
+        return out
+
+    def add(self, ids: np.ndarray, checked: dict[str, tuple[str, list]]) -> None:
+        """Rows for new ids (not held) with ``check``ed attributes; other columns missing."""
+        for name, (t, _) in checked.items():
+            if name not in self.schema:
+                self.schema[name] = t
+                self._new_column(name, t)
+        all_ids = np.concatenate([self.ids, ids])
+        order = np.argsort(all_ids, kind="stable")
+        m = ids.size
+        for name, col in self.cols.items():
+            t = self.schema[name]
+            vals = checked.get(name, (t, [None] * m))[1]
+            if t in ("int", "float", "bool"):
+                new_v = np.array([0 if v is None else v for v in vals], col["values"].dtype)
+                new_p = np.array([v is not None for v in vals], bool)
+                col["values"] = np.concatenate([col["values"], new_v])[order]
+                col["present"] = np.concatenate([col["present"], new_p])[order]
+            elif t == "keyword":
+                codes = np.array([-1 if v is None else self._intern(name, v) for v in vals],
+                                 np.int32)
+                col["codes"] = np.concatenate([col["codes"], codes])[order]
+            else:
+                fi = [i for i, v in zip(ids.tolist(), vals, strict=True) if v for _ in v]
+                fc = [self._intern(name, w) for v in vals if v for w in v]
+                col["flat_ids"] = np.concatenate([col["flat_ids"], np.array(fi, np.int64)])
+                col["flat_codes"] = np.concatenate([col["flat_codes"], np.array(fc, np.int32)])
+                new_p = np.array([v is not None for v in vals], bool)
+                col["present"] = np.concatenate([col["present"], new_p])[order]
+        self.ids = all_ids[order]
+
+    def _intern(self, name: str, word: str) -> int:
+        code = self._code[name].get(word)
+        if code is None:
+            code = self._code[name][word] = len(self.words[name])
+            self.words[name].append(word)
+        return code
+
+    def remove(self, ids: np.ndarray) -> None:
+        gone = np.unique(ids)
+        keep = ~in_sorted(gone, self.ids)
+        self.ids = self.ids[keep]
+        for col in self.cols.values():
+            for key in ("values", "present", "codes"):
+                if key in col:
+                    col[key] = col[key][keep]
+            if "flat_ids" in col:
+                k2 = ~in_sorted(gone, col["flat_ids"])
+                col["flat_ids"], col["flat_codes"] = col["flat_ids"][k2], col["flat_codes"][k2]
+
+    def rows_of(self, ids: np.ndarray) -> dict[str, list]:
+        """The attributes of ids (held), as ``check`` takes them: for tests and export."""
+        pos = np.searchsorted(self.ids, ids)
+        out: dict[str, list] = {}
+        for name, col in self.cols.items():
+            t = self.schema[name]
+            if t in ("int", "float", "bool"):
+                out[name] = [v.item() if p else None
+                             for v, p in zip(col["values"][pos], col["present"][pos], strict=True)]
+            elif t == "keyword":
+                out[name] = [self.words[name][c] if c >= 0 else None for c in col["codes"][pos]]
+            else:
+                out[name] = []
+                for i, p in zip(ids.tolist(), col["present"][pos], strict=True):
+                    sel = col["flat_codes"][col["flat_ids"] == i]
+                    out[name].append([self.words[name][c] for c in sel] if p else None)
+        return out
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def save(self, path: Path) -> None:
+        arrays = {"ids": self.ids}
+        for name, col in self.cols.items():
+            for key, arr in col.items():
+                arrays[f"{name}\x00{key}"] = arr
+        write_index_file(path, {"class": FORMAT, "schema": self.schema, "words": self.words},
+                         arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> AttributeTable:
+        header, arrays = read_index_file(path)
+        if header.get("class") != FORMAT:
+            raise ValueError(f"{path} is not an attribute table")
+        t = cls()
+        t.schema = dict(header["schema"])
+        t.words = {k: list(v) for k, v in header["words"].items()}
+        t._code = {k: {w: i for i, w in enumerate(v)} for k, v in t.words.items()}
+        t.ids = np.array(arrays.pop("ids"))
+        for key, arr in arrays.items():
+            name, part = key.split("\x00")
+            t.cols.setdefault(name, {})[part] = np.array(arr)
+        return t
+
+    # -- the filter language --------------------------------------------------------------------
+
+    def where(self, expr: Any) -> np.ndarray:
+        """The ids (sorted) of the items matching a ``where`` filter."""
+        return self.ids[self._eval(expr, "where")]
+
+    def _eval(self, expr: Any, at: str) -> np.ndarray:
+        if not isinstance(expr, dict):
+            raise InvalidFilterError(
+                f"{at} must be an object of attribute conditions and $and/$or/$not; got "
+                f"{type(expr).__name__} {expr!r:.80}")
+        mask = np.ones(self.ids.size, bool)
+        for key, val in expr.items():
+            if key in ("$and", "$or"):
+                if not isinstance(val, list) or not val:
+                    raise InvalidFilterError(f"{at}.{key} must be a non-empty list of filters")
+                parts = [self._eval(e, f"{at}.{key}[{i}]") for i, e in enumerate(val)]
+                m = np.logical_and.reduce(parts) if key == "$and" else np.logical_or.reduce(parts)
+            elif key == "$not":
+                m = ~self._eval(val, f"{at}.$not")
+            elif key.startswith("$"):
+                raise InvalidFilterError(
+                    f"{at}: unknown operator {key!r}; allowed: $and, $or, $not, or an attribute "
+                    f"name ({self._names()})")
+            else:
+                m = self._condition(key, val, f"{at}.{key}")
+            mask &= m
+        return mask
+
+    def _names(self) -> str:
+        return ", ".join(f"{n}: {t}" for n, t in sorted(self.schema.items())) or "none yet"
+
+    def _condition(self, name: str, cond: Any, at: str) -> np.ndarray:
+        t = self.schema.get(name)
+        if t is None:
+            raise InvalidFilterError(
+                f"{at}: unknown attribute {name!r}; this collection has {self._names()}")
+        if not isinstance(cond, dict):
+            cond = {"eq": cond}  # {"genre": "jazz"} is {"genre": {"eq": "jazz"}}
+        mask = np.ones(self.ids.size, bool)
+        for op, v in cond.items():
+            op_ = op[1:] if isinstance(op, str) and op.startswith("$") else op
+            if op_ not in OPS[t]:
+                raise InvalidFilterError(
+                    f"{at}: operator {op!r} does not apply to {t} attribute {name!r}; allowed: "
+                    f"{', '.join(OPS[t])}")
+            mask &= self._op(name, t, op_, v, f"{at}.{op}")
+        return mask
+
+    def _op(self, name: str, t: str, op: str, v: Any, at: str) -> np.ndarray:
+        col = self.cols[name]
+        present = col["present"] if "present" in col else col["codes"] >= 0
+        if op == "exists":
+            if not isinstance(v, bool):
+                raise InvalidFilterError(f"{at} takes true or false; got {v!r}")
+            return present.copy() if v else ~present
+        many = op in ("in", "nin")
+        if many and not isinstance(v, list):
+            raise InvalidFilterError(f"{at} takes a list of {t} values; got {v!r:.80}")
+        vals = v if many else [v]
+        for x in vals:
+            vt = _value_type(x)
+            scalar_t = "keyword" if t == "keywords" else t
+            if not (vt == scalar_t or (t == "float" and vt == "int")):
+                raise InvalidFilterError(
+                    f"{at}: attribute {name!r} holds {t} values; got {x!r} "
+                    f"({type(x).__name__})")
+        if t in ("int", "float", "bool"):
+            values = col["values"]
+            if op in ("eq", "in", "ne", "nin"):
+                hit = np.isin(values, np.array(vals, values.dtype))
+                hit = hit if op in ("eq", "in") else ~hit
+            else:
+                cmp = {"lt": np.less, "lte": np.less_equal, "gt": np.greater,
+                       "gte": np.greater_equal}[op]
+                hit = cmp(values, v)
+            return hit & present
+        codes = [self._code[name].get(x, -2) for x in vals]  # -2: a word never stored
+        if t == "keyword":
+            hit = np.isin(col["codes"], codes)
+        else:  # a list matches when it holds any of the values
+            holders = np.unique(col["flat_ids"][np.isin(col["flat_codes"], codes)])
+            hit = in_sorted(holders, self.ids)
+        return (hit if op in ("eq", "in") else ~hit) & present
