@@ -336,3 +336,45 @@ def test_coordinator_metrics_move_with_searches(cluster_factory, data):
     assert 'simsearch_pyramid_part_latency_p95_seconds{part="docs.p0"}' in after
     assert "simsearch_pyramid_hedges_total" in after
     assert after['simsearch_requests_total{code="OK",collection="docs",rpc="Search"}'] >= 1
+
+
+def test_cluster_filters_equal_in_process_and_where_reaches_the_parts(cluster_factory, data):
+    """allow/deny lists through a coordinator give the in-process PyramidIndex's answers; a
+    where filter is answered by the parts from the attributes the leader's writes gave them."""
+    base, queries = data
+    cl = cluster_factory(3, 2)
+    client = ss.connect(cl.coordinator, timeout=60)
+    col = client.create_collection("docs", DIM, "ip", "pyramid", schema={"year": "int"},
+                                   **PARAMS)
+    col.train(base)
+    genre = np.array(["jazz", "rock", "pop"])[np.arange(1500) % 3]
+    year = 1950 + (np.arange(1500) * 7) % 70
+    col.add(base[:1000], attributes={"genre": genre[:1000].tolist(), "year": year[:1000]})
+    col.add(base[1000:], ids=np.arange(1000, 1500),
+            attributes={"genre": genre[1000:].tolist(), "year": year[1000:]})
+    col.remove(np.arange(0, 1500, 11))
+    ref = local("ip", base)
+    rng = np.random.default_rng(9)
+    nq = len(queries)
+    cases = [
+        dict(allow=np.flatnonzero(rng.random(1500) < 0.1)),
+        dict(allow=np.flatnonzero(rng.random(1500) < 0.01)),
+        dict(deny=[rng.choice(1500, 50, replace=False) for _ in range(nq)]),
+        dict(allow=[np.flatnonzero(rng.random(1500) < s) for s in np.geomspace(0.5, 0.005, nq)]),
+    ]
+    for kw in cases:
+        for branching in (2, 24):
+            a = col.search(queries, K, branching=branching, **kw)
+            b = ref.search(queries, K, branching=branching, **kw)
+            np.testing.assert_array_equal(a.ids, b.ids)
+    assert col.describe()["schema"] == {"year": "int"}  # declared; parts infer "genre"
+    live = np.setdiff1d(np.arange(1500), np.arange(0, 1500, 11))
+    for where, match in (({"genre": "jazz"}, genre == "jazz"),
+                         ({"year": {"gte": 2000}, "genre": {"ne": "pop"}},
+                          (year >= 2000) & (genre != "pop"))):
+        a = col.search(queries, K, branching=24, where=where)  # every part asked: exact
+        b = ref.search(queries, K, branching=24, allow=np.intersect1d(np.flatnonzero(match),
+                                                                      live))
+        np.testing.assert_array_equal(a.ids, b.ids)
+    with pytest.raises(ss.errors.InvalidFilterError, match="colour"):
+        col.search(queries, K, where={"colour": "red"})

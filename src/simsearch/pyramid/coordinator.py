@@ -55,6 +55,21 @@ def _log_key(name: str, seq: int) -> str:
     return f"log/{name}/{seq:012d}"
 
 
+def _attributes_by_id(attributes: dict | None, ids: Any):
+    """For a write's attributes ({name: one value per row}) and the ids its rows got: a
+    function from a part op's ids to their attributes (None without attributes)."""
+    if not attributes or ids is None:
+        return None
+    row = {int(i): r for r, i in enumerate(np.asarray(ids).tolist())}
+
+    def of(part_ids: np.ndarray) -> dict:
+        rows = [row.get(int(i)) for i in part_ids.tolist()]
+        return {name: [None if r is None else vals[r] for r in rows]
+                for name, vals in attributes.items()}
+
+    return of
+
+
 class ClusterCollection:
     """One collection as a coordinator serves it: a router copy, current to log record
     ``applied``."""
@@ -75,6 +90,7 @@ class ClusterCollection:
         c = self.config
         r = PyramidIndex(c["dim"], c["metric"], **c["params"])
         r.part_prefix = self.name
+        r.part_schema = c.get("schema")
         r.parts_factory = self.coord.pool.make_parts
         return r
 
@@ -216,7 +232,7 @@ class ClusterCollection:
         log.info("%s: router checkpoint at log record %d (%d bytes on shards %s)", self.name,
                  seq, len(data), holders)
 
-    def _write(self, fn, deadline: float | None = None):
+    def _write(self, fn, deadline: float | None = None, attributes: dict | None = None):
         """One write on the leader: ``fn(router)`` plans it on the router copy (in memory,
         briefly under the router's own lock, so searches go on), then the parts take it in two
         fenced phases around the log append (``_replicate``). A write that fails anywhere
@@ -237,14 +253,15 @@ class ClusterCollection:
                 router.journal = router.defer_writes = None
             if records:
                 try:
-                    self._replicate(router, records, jobs, deadline)
+                    self._replicate(router, records, jobs, deadline,
+                                    _attributes_by_id(attributes, out))
                 except BaseException:
                     self.router = None
                     raise
             return out
 
-    def _replicate(self, router, records: list[dict], jobs: list, deadline: float | None
-                   ) -> None:
+    def _replicate(self, router, records: list[dict], jobs: list, deadline: float | None,
+                   attributes_of=None) -> None:
         """Phase one: every in-sync replica of each part concerned prepares the part's ops
         (numbered by part sequence, under this leader's ballot); a part that no replica
         prepared aborts the write (nothing applied anywhere). Commit: the routing decisions and
@@ -259,8 +276,9 @@ class ClusterCollection:
         for p, op, args in jobs:
             ops = by_part.setdefault(p, [])
             seq = int(router.part_seq[p]) + len(ops) + 1
-            ops.append(PartOp(seq, True, args[0]) if op == "remove"
-                       else PartOp(seq, False, args[1], args[0]))
+            ops.append(PartOp(seq, True, args[0]) if op == "remove" else PartOp(
+                seq, False, args[1], args[0],
+                attributes_of(args[1]) if attributes_of is not None else None))
         parts = {p: router.parts[p] for p in sorted(by_part)}
         timeout = coord.pool.timeout if deadline is None else max(
             0.05, min(coord.pool.timeout, deadline - time.monotonic()))
@@ -341,7 +359,7 @@ class ClusterCollection:
         return {"name": self.name, "dim": c["dim"], "metric": c["metric"], "kind": c["kind"],
                 "params": c["params"], "count": len(r), "trained": r.is_trained,
                 "needs_training": True, "supports_remove": True,
-                "search_params": sorted(r.search_params)}
+                "search_params": sorted(r.search_params), "schema": c.get("schema") or {}}
 
     def stats(self) -> dict[str, Any]:
         r = self.router
@@ -350,6 +368,7 @@ class ClusterCollection:
 
     def search(self, q: Any, k: int, params: dict, deadline: float | None = None
                ) -> SearchResult:
+        """``where`` goes to every asked part, which answers it from its attributes."""
         token = DEADLINE.set(deadline)
         try:
             out = self.current().search(q, k, **params)
@@ -358,7 +377,8 @@ class ClusterCollection:
         finally:
             DEADLINE.reset(token)
 
-    def _route(self, write, remote, idempotent: bool, deadline: float | None):
+    def _route(self, write, remote, idempotent: bool, deadline: float | None,
+               attributes: dict | None = None):
         """Run ``write(router)`` here if this coordinator leads, else forward ``remote`` to the
         leader and then catch up with the log (so this coordinator reads its own writes)."""
         def forwarded(client):
@@ -366,10 +386,12 @@ class ClusterCollection:
             self.catch_up()
             return out
 
-        return self.coord.forward(forwarded, local=lambda: self._write(write, deadline),
+        return self.coord.forward(forwarded,
+                                  local=lambda: self._write(write, deadline, attributes),
                                   idempotent=idempotent, deadline=deadline)
 
-    def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None):
+    def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None,
+            attributes: dict | None = None):
         def write(router):
             xs = as_matrix(x, router.dim, router.metric)
             if upsert and ids is not None:
@@ -380,8 +402,9 @@ class ClusterCollection:
                 return router.add(xs, arr)
             return router.add(xs, ids)
 
-        return self._route(write, lambda col: col.add(x, ids, upsert=upsert),
-                           upsert and ids is not None, deadline)
+        return self._route(write, lambda col: col.add(x, ids, upsert=upsert,
+                                                      attributes=attributes),
+                           upsert and ids is not None, deadline, attributes)
 
     def remove(self, ids, deadline: float | None = None, missing_ok: bool = False) -> int:
         def write(router):
@@ -586,12 +609,16 @@ class Coordinator:
         with self._lock:
             return self._collections.setdefault(name, ClusterCollection(self, name, config))
 
-    def create(self, name: str, dim: int, metric: str, kind: str, params: dict):
+    def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
+               schema: dict | None = None):
+        from ..service.attributes import check_schema
         from ..service.store import check_name
         from .index import PyramidIndex
 
+        schema = check_schema(schema)
         if not self.is_leader():
-            self.forward(lambda c: c.create_collection(name, dim, metric, kind, **params))
+            self.forward(lambda c: c.create_collection(name, dim, metric, kind, schema=schema,
+                                                       **params))
             self.state.refresh(f"collections/{name}")
             return self.get(name)
         check_name(name)
@@ -600,6 +627,8 @@ class Coordinator:
                 f"a Pyramid coordinator creates kind 'pyramid' collections; got {kind!r}")
         PyramidIndex(dim, metric, **params)  # validates the parameters now
         config = {"dim": int(dim), "metric": metric, "kind": kind, "params": params}
+        if schema:
+            config["schema"] = schema
 
         def create(existing):
             if existing is not None:

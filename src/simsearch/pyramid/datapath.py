@@ -294,7 +294,8 @@ class ShardPool:
             raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
         out = [RemotePart(self, f"{index.part_prefix}.p{j}", {
             "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
-            "params": index.sub_params}, index, j) for j in range(n_parts)]
+            "params": index.sub_params, "schema": index.part_schema}, index, j)
+            for j in range(n_parts)]
         if self.is_leader():
             for part in out:
                 part.ensure()
@@ -365,7 +366,8 @@ class RemotePart:
         for sid in self.shards:
             try:
                 self.pool.client(sid).create_collection(self.name, c["dim"], c["metric"],
-                                                         c["kind"], **c["params"])
+                                                         c["kind"], schema=c.get("schema"),
+                                                         **c["params"])
             except CollectionExistsError:
                 pass
             except Exception as exc:  # catch_up re-copies a replica that lacks its collection
@@ -530,7 +532,10 @@ class _PartCall:
             deadline -= min(DEADLINE_MARGIN_MAX,
                             DEADLINE_MARGIN_SHARE * max(0.0, deadline - time.monotonic()))
         self.deadline = deadline
-        self.request = (q, k, convert.dump_params(params))
+        params = dict(params)
+        lists = {name: params.pop(name) for name in ("allow", "deny") if name in params}
+        where = params.pop("where", None)  # a filter the part's attributes answer
+        self.request = (q, k, convert.dump_params(params), lists, where)
         pool.query_parts += q.shape[0]  # a metric: unlocked, an increment lost now and then
         self.done = done
         self.box: list = []
@@ -541,13 +546,14 @@ class _PartCall:
         self.hedged = False
 
     def _call(self, sid: int, hedge: bool) -> None:
-        pool, (q, k, pj) = self.pool, self.request
+        pool, (q, k, pj, lists, where) = self.pool, self.request
         cli = pool.client(sid)
         timeout = cli.timeout if self.deadline is None else max(
             0.001, self.deadline - time.monotonic())
         t0 = time.monotonic()
         try:  # blocking, on the pool's thread (see Client.search_once)
-            out = cli.search_once(self.part.name, q, k, pj, timeout=timeout)
+            out = cli.search_once(self.part.name, q, k, pj, timeout=timeout, where=where,
+                                  **lists)
             if not hedge:
                 pool.record(self.part.name, time.monotonic() - t0)
         except Exception as exc:  # typed ServiceError from the shard, or any local failure

@@ -223,7 +223,8 @@ class PyramidIndex(Index):
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
         self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
-        self.search_params = PyramidIndex.search_params | sub_cls.search_params
+        # "where" goes to remote parts, which hold the attributes (docs/filters.md)
+        self.search_params = PyramidIndex.search_params | sub_cls.search_params | {"where"}
         self._sub_search = frozenset(sub_cls.search_params)
         self.spherical = metric in ("ip", "cosine")
         self.centres: np.ndarray | None = None
@@ -238,6 +239,8 @@ class PyramidIndex(Index):
         self._search_many: Callable | None = None  # remote parts' fan-out (PartsFactory)
         #: names the parts' collections when they are remote (the coordinator sets it)
         self.part_prefix: str | None = None
+        #: the attribute schema the remote parts' collections are created with
+        self.part_schema: dict | None = None
         #: when a list, every write appends its decisions here (see ``apply_journal``)
         self.journal: list | None = None
         #: when a list, writes append their part jobs ``(part, "add" | "remove", args)`` here

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -308,15 +309,24 @@ class Client:
             name=name, dim=dim, metric=metric, kind=kind))
 
     def search_once(self, name: str, q: np.ndarray, k: int, params_json: str = "",
-                    timeout: float | None = None) -> SearchResult:
+                    timeout: float | None = None, allow: Any = None, deny: Any = None,
+                    where: dict | None = None) -> SearchResult:
         """One Search call for a float32 query matrix already checked by the caller: no batch
         splitting, no retry; a failure raises the typed ServiceError. A blocking call, so a
         coordinator runs it on its own thread pool (grpc's future API starts a thread per call
-        on an idle channel, which cost more than the pool's hand-off)."""
+        on an idle channel, which cost more than the pool's hand-off). ``allow`` / ``deny``:
+        validated lists (simsearch.filters), ``where``: an attribute filter."""
+        req = self._pb.SearchRequest(collection=name, queries=self._convert.to_matrix(q), k=k,
+                                     params_json=params_json)
+        if allow is not None:
+            req.allow.CopyFrom(self._convert.to_id_list(allow))
+        if deny is not None:
+            req.deny.CopyFrom(self._convert.to_id_list(deny))
+        if where is not None:
+            req.where_json = json.dumps(where)
         try:
-            resp = self._stub.Search(self._pb.SearchRequest(
-                collection=name, queries=self._convert.to_matrix(q), k=k, params_json=params_json),
-                timeout=self.timeout if timeout is None else timeout, metadata=self._metadata)
+            resp = self._stub.Search(req, timeout=self.timeout if timeout is None else timeout,
+                                     metadata=self._metadata)
         except self._grpc.RpcError as err:
             _raise_from(err)
         return self._convert.from_search_response(resp)
@@ -403,7 +413,7 @@ class Client:
                 dim = dim or o.vectors.cols
                 x = self._convert.from_matrix(o.vectors, dim)
             ops.append(PartOp(int(o.pseq), bool(o.remove), self._convert.ids_from_bytes(o.ids),
-                              x))
+                              x, self._convert.load_json(o.attributes_json, "attributes_json")))
         return ops, int(r.applied)
 
     def _part_rpc(self, method: str, req, timeout: float | None):

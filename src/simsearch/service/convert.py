@@ -57,6 +57,8 @@ def to_part_op(op) -> pb.PartOp:
                   ids=np.ascontiguousarray(op.ids, dtype=_I64).tobytes())
     if not op.remove:
         m.vectors.CopyFrom(to_matrix(op.x))
+    if op.attributes:
+        m.attributes_json = dump_params(op.attributes)
     return m
 
 

@@ -37,6 +37,7 @@ class PartOp:
     remove: bool
     ids: np.ndarray
     x: np.ndarray | None = None
+    attributes: dict | None = None  # {name: one value per id} (docs/filters.md)
 
 
 Ballot = tuple[int, int]

@@ -295,7 +295,8 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
             self._check_decoded_ids(len(o.ids) // 8)
             ids = convert.ids_from_bytes(o.ids)
             x = None if o.remove else convert.from_matrix(o.vectors, col.config["dim"])
-            ops.append(PartOp(int(o.pseq), bool(o.remove), ids, x))
+            ops.append(PartOp(int(o.pseq), bool(o.remove), ids, x,
+                              convert.load_json(o.attributes_json, "attributes_json")))
         st = col.part_prepare(request.term, request.attempt, ops, deadline=deadline)
         return pb.PartState(**st)
 

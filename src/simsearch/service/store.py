@@ -39,6 +39,7 @@ from .._rwlock import RWLock
 from ..errors import (
     CorruptIndexError,
     DuplicateIdError,
+    InvalidAttributeError,
     InvalidIdError,
     InvalidParameterError,
     NotTrainedError,
@@ -274,8 +275,13 @@ def _apply_part_op(index: Index, op: PartOp, attrs: AttributeTable) -> None:
         if ids.size:
             index.remove(ids)
             attrs.remove(ids)
-    else:
-        _upsert(index, op.x, op.ids, attrs)
+        return
+    try:
+        checked = attrs.check(op.attributes, op.ids.size)
+    except InvalidAttributeError as exc:  # a type an op prepared before this one fixed
+        log.warning("part op %d: attributes dropped (%s); declare a schema", op.pseq, exc)
+        checked = {}
+    _upsert(index, op.x, op.ids, attrs, checked)
 
 
 def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, items: _Vectors,
@@ -290,7 +296,8 @@ def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, it
         for o in m["ops"]:
             x = None if o["remove"] else items.from_bytes(
                 next(blobs), index if index is not None else shape_of)
-            ops.append(PartOp(o["pseq"], o["remove"], np.frombuffer(next(blobs), np.int64), x))
+            ops.append(PartOp(o["pseq"], o["remove"], np.frombuffer(next(blobs), np.int64), x,
+                              o.get("attributes")))
         state.prepare(m["term"], m["attempt"], ops)
         return []
     ops = state.ops_to_apply(tuple(m["ballot"]), m["first"], m["through"]) if m["through"] \
@@ -579,13 +586,17 @@ class Collection:
             meta, blobs = [], []
             for op in ops:
                 _check_unique(op.ids, "ids of a part op must be unique")
+                entry = {"pseq": int(op.pseq), "remove": bool(op.remove)}
                 if not op.remove:
                     x = self.items.check(index, op.x)
                     if self.items.count(x) != op.ids.size:
                         raise InvalidIdError(f"a part op has {op.ids.size} ids for "
                                              f"{self.items.count(x)} vectors")
                     blobs.append(self.items.to_bytes(x))
-                meta.append({"pseq": int(op.pseq), "remove": bool(op.remove)})
+                    if op.attributes:
+                        self.attrs.check(op.attributes, op.ids.size)
+                        entry["attributes"] = op.attributes
+                meta.append(entry)
                 blobs.append(op.ids.tobytes())
             if not index.is_trained:
                 raise NotTrainedError(f"{type(index).__name__} must be trained before add()")

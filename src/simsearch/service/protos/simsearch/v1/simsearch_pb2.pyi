@@ -211,16 +211,18 @@ class ListBlobsResponse(_message.Message):
     def __init__(self, blobs: _Optional[_Iterable[_Union[BlobInfo, _Mapping]]] = ...) -> None: ...
 
 class PartOp(_message.Message):
-    __slots__ = ("pseq", "remove", "vectors", "ids")
+    __slots__ = ("pseq", "remove", "vectors", "ids", "attributes_json")
     PSEQ_FIELD_NUMBER: _ClassVar[int]
     REMOVE_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_JSON_FIELD_NUMBER: _ClassVar[int]
     pseq: int
     remove: bool
     vectors: Matrix
     ids: bytes
-    def __init__(self, pseq: _Optional[int] = ..., remove: _Optional[bool] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[bytes] = ...) -> None: ...
+    attributes_json: str
+    def __init__(self, pseq: _Optional[int] = ..., remove: _Optional[bool] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., ids: _Optional[bytes] = ..., attributes_json: _Optional[str] = ...) -> None: ...
 
 class PartPrepareRequest(_message.Message):
     __slots__ = ("collection", "term", "attempt", "ops")
