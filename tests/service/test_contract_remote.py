@@ -14,6 +14,7 @@ import pytest
 
 import simsearch as ss
 import test_contract as tc
+import test_filters as tf
 from conftest import unique_name
 from contract import Case
 from simsearch.datasets import synthetic_longtail
@@ -108,3 +109,27 @@ def test_congruence_local_vs_remote(shared_client, data):
             remote.search(queries[0], 3, **search_kw),
         )
         np.testing.assert_array_equal(one_a.ids, one_b.ids)
+
+
+FILTER_CHECKS = [
+    tf.test_shared_allow_every_selectivity,
+    tf.test_per_query_allow_and_deny,
+    tf.test_deny_lists_leave_out_the_best,
+    tf.test_filter_correlated_against_the_query,
+    tf.test_padding_unknown_ids_and_nothing_allowed,
+    tf.test_filters_after_remove_and_readd,
+    tf.test_bad_filters_are_typed_and_change_nothing,
+]
+
+
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+@pytest.mark.parametrize("case_id", ["remote-flat", "remote-hnsw"])
+@pytest.mark.parametrize("check", FILTER_CHECKS, ids=lambda f: f.__name__.removeprefix("test_"))
+def test_filters_over_client(check, case_id, metric, shared_client, data):
+    """tests/test_filters.py's checks through the client: allow/deny travel in the request."""
+    case = next(c for c in _remote_cases(shared_client) if c.id == case_id)
+    if "bad" in inspect.signature(check).parameters:
+        for bad in sorted(tf.BAD_FILTERS):
+            check(case=case, metric=metric, data=data, bad=bad)
+    else:
+        check(case=case, metric=metric, data=data)
