@@ -534,6 +534,12 @@ class Index:
         (k, params) returns items without a filter."""
         return min(len(self), int(np.ceil(2 * k * w))), params
 
+    def _filtered_traversal(self, q: np.ndarray, k: int, filt: IdFilter,
+                            params: dict) -> tuple[np.ndarray, np.ndarray] | None:
+        """(ids, scores) padded, from a search that applies ``filt`` inside the index's own
+        traversal; None (the default) to be searched widened and filtered after."""
+        return None
+
     def _exact_allowed(self, q: np.ndarray, k: int, ids: np.ndarray) -> tuple:
         """Exact top-k over the items ids (sorted, present): the scan of the allowed rows."""
         x = self._vectors_of(ids)
@@ -563,6 +569,8 @@ class Index:
         counts = np.zeros(nq, np.int64)  # allowed items per query
         exact_kind = self._exact_under(params)
         reads = 0.0 if exact_kind else self._traversal_reads(k, params)
+        # the scan of rows shared by the batch is one matrix product; per query, a gather each
+        cost = self.filter_read_cost if filt.shared and nq > 1 else self.filter_read_cost / 4
         scans: list[tuple[np.ndarray, np.ndarray | None]] = []  # (rows, allowed ids or None)
         wide: dict[float, list] = {}  # widening factor (-extra k for exact kinds) -> [rows]
         everyone = np.arange(nq)
@@ -578,7 +586,7 @@ class Index:
                 else:  # k + |deny| exact answers hold the k best allowed ones
                     extra = 1 << max(0, denied - 1).bit_length()
                     wide.setdefault(-float(extra), []).append(rows)
-            elif count <= k or count * count <= self.filter_read_cost * reads * n:
+            elif count <= k or count * count <= cost * reads * n:
                 scans.append((rows, allowed))
             else:  # widening factors rounded up to 2^(1/16): a batch per factor
                 w = float(2.0 ** (np.ceil(np.log2(n / count) * 16) / 16))
@@ -591,7 +599,7 @@ class Index:
         # away from it) are searched once more, as deep as they were found
         for w, groups in retry.items():
             rows = np.concatenate(groups)
-            scan = self.filter_read_cost * reads * w >= counts[rows]  # cheaper: the exact scan
+            scan = cost * reads * w >= counts[rows]  # cheaper: the exact scan
             scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(scan).tolist())
             if not scan.all():
                 self._run_widened(q, k, rows[~scan], w, filt, params, out, scans, None)
@@ -615,6 +623,13 @@ class Index:
         allowed ones in ``out``; queue short answers for the exact scan and, when ``retry`` is
         a dict, answers found deeper than 1.25 k w for one more, deeper search."""
         n = len(self)
+        if w >= 0:
+            own = self._filtered_traversal(q[rows], k, filt.take(rows), params)
+            if own is not None:  # the index filtered inside its own search
+                out.ids[rows], out.scores[rows] = own
+                kept = (own[0] >= 0).sum(1)
+                scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(kept < k).tolist())
+                return
         if w < 0:
             kk, p = min(n, k - int(w)), params
         else:
