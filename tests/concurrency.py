@@ -1,6 +1,7 @@
-"""The concurrency suite (docs/architecture.md, "Concurrency"): readers search while a writer adds,
-removes and saves. Every kind in tests/contract.py joins it through its one ``Case`` line; targets
-that are not an Index kind (the remote client) join with one line in ``EXTRA``.
+"""The concurrency suite (docs/architecture.md, "Concurrency"): readers search (one of them with
+allow/deny filters) while a writer adds, removes and saves. Every kind in tests/contract.py joins
+it through its one ``Case`` line; targets that are not an Index kind (the remote client) join
+with one line in ``EXTRA``.
 
 The stress runs in a child process (``python tests/concurrency.py CASE METRIC``), so a crash of the
 process (a heap corruption in a native library) fails one test instead of ending the run. The child
@@ -79,8 +80,19 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
         while not stop.is_set():
             nq = int(local.integers(1, 33))  # large batches stay long in native code
             q = queries[local.integers(0, len(queries), nq)]
+            flt, ok = {}, None  # reader 1 searches with filters (docs/filters.md)
+            if r == 1:
+                ok = np.ones((nq, N), bool)
+                if local.random() < 0.5:
+                    flt = {"allow": np.flatnonzero(local.random(N) < 0.1)}
+                    ok[:] = False
+                    ok[:, flt["allow"]] = True
+                else:
+                    flt = {"deny": [local.choice(N, 200, replace=False) for _ in range(nq)]}
+                    for i, d in enumerate(flt["deny"]):
+                        ok[i, d] = False
             try:
-                res = idx.search(q, K, **case.search_kw)
+                res = idx.search(q, K, **flt, **case.search_kw)
             except Exception as exc:  # any error is a failure of the rule
                 errors.append(f"search: {type(exc).__name__}: {exc}")
                 return
@@ -91,6 +103,9 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
             got = ids[ids >= 0]
             if (ids < -1).any() or (got >= N).any() or not announced[got].all():
                 bad_ids[0] += 1
+            elif ok is not None and not all(ok[i, row[row >= 0]].all()
+                                            for i, row in enumerate(ids)):
+                bad_ids[0] += 1  # a filtered search returned an id its filter leaves out
             searches[0] += 1
 
     threads = [threading.Thread(target=reader, args=(r,)) for r in range(N_READERS)]

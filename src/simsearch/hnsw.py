@@ -43,19 +43,16 @@ class _EfGate:
                 self._cond.notify_all()
 
 
-def _byte_table(top: int, allow=None, deny=None, base: bytes | None = None) -> bytes:
+def _byte_table(top: int, allow=None, deny=None) -> bytearray:
     """One byte per id 0..top, 1 where allowed: hnswlib calls ``table[label]`` on each
-    candidate, a C call. ``base``: a table with the allow list already applied."""
-    if base is not None:
-        t = np.frombuffer(base, np.uint8).copy()
-    elif allow is None:
-        t = np.ones(top + 1, np.uint8)
-    else:
-        t = np.zeros(top + 1, np.uint8)
-        t[allow[allow <= top]] = 1
+    candidate, a C call."""
+    t = bytearray(b"\x01") * (top + 1) if allow is None else bytearray(top + 1)
+    view = np.frombuffer(t, np.uint8)
+    if allow is not None:
+        view[allow[allow <= top]] = 1
     if deny is not None and deny.size:
-        t[deny[deny <= top]] = 0
-    return t.tobytes()
+        view[deny[deny <= top]] = 0
+    return t
 
 
 @register("hnsw")
@@ -179,6 +176,7 @@ class HNSWIndex(Index):
         top = int(self._idset.sorted[-1])
         if top > 4 * len(self) + (1 << 20):  # sparse ids: a table would be too large
             return None
+
         ef = params.get("ef")
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
         n_threads = params.get("n_threads", 1)
@@ -191,11 +189,25 @@ class HNSWIndex(Index):
             if filt.shared:
                 table = _byte_table(top, filt.allow, filt.deny)
                 self._knn_filtered(q, k, table, n_threads, ids, scores, np.arange(q.shape[0]))
-            else:  # a shared allow list's table is made once and copied per query
-                base = None if isinstance(filt.allow, list) else _byte_table(top, filt.allow)
+            else:  # one table, changed for each query's lists and changed back
+                per_allow = isinstance(filt.allow, list)
+                table = _byte_table(top, np.empty(0, np.int64) if per_allow else filt.allow)
+                view = np.frombuffer(table, np.uint8)
                 for i in range(q.shape[0]):
-                    table = _byte_table(top, filt.allow_of(i), filt.deny_of(i), base)
+                    a, d = filt.allow_of(i), filt.deny_of(i)
+                    a = a[a <= top] if per_allow else None
+                    d = d[d <= top] if d is not None else None
+                    if a is not None:
+                        view[a] = 1
+                    kept = None
+                    if d is not None:
+                        kept = view[d].copy()
+                        view[d] = 0
                     self._knn_filtered(q[i : i + 1], k, table, 1, ids, scores, [i])
+                    if kept is not None:
+                        view[d] = kept
+                    if a is not None:
+                        view[a] = 0
         finally:
             self._gate.exit()
         return ids, scores

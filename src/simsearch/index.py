@@ -236,8 +236,29 @@ class IdSet:
     def contains(self, ids: np.ndarray) -> np.ndarray:
         if not self.sorted.size:
             return np.zeros(ids.shape, bool)
+        if ids.size > 4096:  # long lists (filters): a table of the held ids, when they are dense
+            table = self._table()
+            if table is not None:
+                inside = (ids >= 0) & (ids < table.size)
+                out = np.zeros(ids.shape, bool)
+                out[inside] = table[ids[inside]]
+                return out
         pos = np.minimum(np.searchsorted(self.sorted, ids), self.sorted.size - 1)
         return self.sorted[pos] == ids
+
+    def _table(self) -> np.ndarray | None:
+        """A boolean per id 0..max held (None for sparse ids), rebuilt when the set changes."""
+        srt = self.sorted
+        cached = getattr(self, "_cached", None)
+        if cached is not None and cached[0] is srt:
+            return cached[1]
+        top = int(srt[-1])
+        if top > 4 * srt.size + (1 << 20):
+            return None
+        table = np.zeros(top + 1, bool)
+        table[srt] = True
+        self._cached = (srt, table)
+        return table
 
     def add(self, ids: np.ndarray) -> None:
         if ids.size:
@@ -548,16 +569,16 @@ class Index:
         return exact_topk(q, x, ids, min(k, ids.size), self.metric)
 
     def _allowed_ids(self, allow: np.ndarray | None, deny: np.ndarray | None):
-        """(the allowed ids held, sorted, or None when only a deny list applies; their count;
-        how many held ids are denied)."""
+        """(the allowed ids held, sorted, or None when only a deny list applies; their count)."""
         held = self._idset
         if allow is not None:
             a = allow[held.contains(allow)]
             if deny is not None and deny.size:
                 a = a[~in_sorted(deny, a)]
-            return a, int(a.size), 0
-        denied = int(held.contains(deny).sum()) if deny.size else 0
-        return None, len(held) - denied, denied
+            return a, int(a.size)
+        if deny.size * 4 < len(held):  # a short deny list: at least this many are allowed
+            return None, len(held) - int(deny.size)
+        return None, len(held) - (int(held.contains(deny).sum()) if deny.size else 0)
 
     def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
                          **params: Any) -> SearchResult:
@@ -572,25 +593,25 @@ class Index:
         # the scan of rows shared by the batch is one matrix product; per query, a gather each
         cost = self.filter_read_cost if filt.shared and nq > 1 else self.filter_read_cost / 4
         scans: list[tuple[np.ndarray, np.ndarray | None]] = []  # (rows, allowed ids or None)
-        wide: dict[float, list] = {}  # widening factor (-extra k for exact kinds) -> [rows]
+        wide: dict[float, list] = {}  # widening factor -> [rows]
+        deny_only: list[np.ndarray] = []  # an exact kind's rows with only a deny list
         everyone = np.arange(nq)
         for i in [0] if filt.shared else range(nq):
             rows = everyone if filt.shared else everyone[i : i + 1]
-            allowed, count, denied = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))
+            allowed, count = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))
             counts[rows] = count
             if count == 0:
                 continue  # nothing allowed: padding
-            if exact_kind:
-                if allowed is not None:
-                    scans.append((rows, allowed))
-                else:  # k + |deny| exact answers hold the k best allowed ones
-                    extra = 1 << max(0, denied - 1).bit_length()
-                    wide.setdefault(-float(extra), []).append(rows)
-            elif count <= k or count * count <= cost * reads * n:
+            if exact_kind and allowed is None:
+                deny_only.append(rows)
+            elif exact_kind or count <= k or count * count <= cost * reads * n:
                 scans.append((rows, allowed))
             else:  # widening factors rounded up to 2^(1/16): a batch per factor
                 w = float(2.0 ** (np.ceil(np.log2(n / count) * 16) / 16))
                 wide.setdefault(w, []).append(rows)
+        if deny_only:
+            rows = np.concatenate(deny_only)
+            out.ids[rows], out.scores[rows] = self._exact_denied(q[rows], k, filt.take(rows))
         retry: dict[float, list] = {}
         for w, groups in wide.items():
             self._run_widened(q, k, np.concatenate(groups), w, filt, params, out, scans, retry)
@@ -618,22 +639,26 @@ class Index:
             out.ids[rows, : ids.shape[1]], out.scores[rows, : ids.shape[1]] = ids, scores
         return out
 
+    def _exact_denied(self, q: np.ndarray, k: int, filt: IdFilter) -> tuple:
+        """An exact kind's answer to deny lists (no allow list): the exact top k + |deny|
+        hold the k best allowed items."""
+        extra = max(int(self._idset.contains(filt.deny_of(i)).sum()) for i in range(len(q)))
+        r = self._search(q, min(len(self), k + extra))
+        ok = filt.allowed(r.ids) if filt.shared else np.stack(
+            [filt.allowed(r.ids[i], i) for i in range(len(q))])
+        return compact(r.ids, r.scores, ok, k, pad_score(self.metric))[:2]
+
     def _run_widened(self, q, k, rows, w, filt, params, out, scans, retry) -> None:
-        """Search rows widened by w (w < 0: an exact kind asked for k - w answers), keep the
-        allowed ones in ``out``; queue short answers for the exact scan and, when ``retry`` is
-        a dict, answers found deeper than 1.25 k w for one more, deeper search."""
-        n = len(self)
-        if w >= 0:
-            own = self._filtered_traversal(q[rows], k, filt.take(rows), params)
-            if own is not None:  # the index filtered inside its own search
-                out.ids[rows], out.scores[rows] = own
-                kept = (own[0] >= 0).sum(1)
-                scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(kept < k).tolist())
-                return
-        if w < 0:
-            kk, p = min(n, k - int(w)), params
-        else:
-            kk, p = self._widen(k, w, params)
+        """Search rows widened by w, keep the allowed answers in ``out``; queue for one more,
+        deeper search (``retry``, a dict) the answers found deeper than 1.25 k w, and for the
+        exact scan what comes back without an allowed answer (or short from the second)."""
+        own = self._filtered_traversal(q[rows], k, filt.take(rows), params)
+        if own is not None:  # the index filtered inside its own search
+            out.ids[rows], out.scores[rows] = own
+            kept = (own[0] >= 0).sum(1)
+            scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(kept < k).tolist())
+            return
+        kk, p = self._widen(k, w, params)
         r = self._search(q[rows], max(kk, k), **p)
         if filt.shared:
             ok = filt.allowed(r.ids)
@@ -641,14 +666,18 @@ class Index:
             ok = np.stack([filt.allowed(r.ids[j], int(i)) for j, i in enumerate(rows)])
         ids, scores, kept = compact(r.ids, r.scores, ok, k, pad_score(self.metric))
         out.ids[rows], out.scores[rows] = ids, scores
-        if w < 0:
-            return
         short = kept < k
-        scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(short).tolist())
-        if retry is None:
+        if retry is None:  # the second search: what is still short takes the exact scan
+            scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(short).tolist())
             return
-        depth = np.argmax(np.cumsum(ok, axis=1) >= k, axis=1) + 1  # where the k-th one sat
-        for j in np.flatnonzero(~short & (depth > 1.25 * k * w)).tolist():
+        # the depth the k-th allowed answer sat at; for a short answer, the depth the allowed
+        # density seen so far puts it at (no allowed answer at all: the exact scan)
+        seen = np.maximum((r.ids >= 0).sum(1), 1)
+        depth = np.where(short, k * seen / np.maximum(ok.sum(1), 1e-9),
+                         np.argmax(np.cumsum(ok, axis=1) >= k, axis=1) + 1)
+        for j in np.flatnonzero(short & (ok.sum(1) == 0)).tolist():
+            scans.append((rows[j : j + 1], None))
+        for j in np.flatnonzero((depth > 1.25 * k * w) & ~(short & (ok.sum(1) == 0))).tolist():
             w2 = float(2.0 ** (np.ceil(np.log2(1.25 * depth[j] / k) * 4) / 4))
             retry.setdefault(w2, []).append(rows[j : j + 1])
 

@@ -96,9 +96,22 @@ class NormScanIndex(Index):
             _, scanned = self._scan(q, min(check_k(k), n), max_items)
             return float(scanned.mean() / n)
 
-    def _scan(self, q: np.ndarray, k: int, max_items: int | None, rows: tuple | None = None):
+    def _exact_denied(self, q: np.ndarray, k: int, filt) -> tuple:
+        """Deny lists skipped inside the scan (their scores set to -inf block by block), so the
+        stop comes as early as the allowed items allow."""
+        held = [d[self._idset.contains(d)] for d in (filt.deny_of(i) for i in range(len(q)))]
+        pos = [self._positions_of(d) for d in held]
+        skip = (np.repeat(np.arange(len(q)), [p.size for p in pos]),
+                np.concatenate(pos) if pos else np.empty(0, np.int64))
+        order = np.argsort(skip[1], kind="stable")
+        r = self._scan(q, k, None, skip=(skip[0][order], skip[1][order]))[0]
+        return r.ids, r.scores
+
+    def _scan(self, q: np.ndarray, k: int, max_items: int | None, rows: tuple | None = None,
+              skip: tuple | None = None):
         """(result, items scanned per query), over ``rows`` = (x, ids, norms) in norm order
-        (default: every item)."""
+        (default: every item), leaving out the (query, position) pairs ``skip`` (sorted by
+        position)."""
         x, ids, norms = rows if rows is not None else (self._x, self._ids, self._norms)
         n = x.shape[0]
         budget = n if max_items is None else min(check_int("max_items", max_items, 1), n)
@@ -113,7 +126,15 @@ class NormScanIndex(Index):
         while start < budget and active.size:
             end = min(start + block, budget)
             qa = q if active.size == nq else q[active]
-            heap_push_block(qa @ x[start:end].T, ids[start:end], active, heap_s, heap_i, sizes)
+            sc = qa @ x[start:end].T
+            if skip is not None:
+                lo, hi = np.searchsorted(skip[1], [start, end])
+                if hi > lo:
+                    slot = np.full(nq, -1, np.int64)
+                    slot[active] = np.arange(active.size)
+                    r_, p_ = slot[skip[0][lo:hi]], skip[1][lo:hi] - start
+                    sc[r_[r_ >= 0], p_[r_ >= 0]] = -np.inf
+            heap_push_block(sc, ids[start:end], active, heap_s, heap_i, sizes)
             scanned[active] = end
             if end < budget:
                 # the best any unscanned item can score is |q| * (largest norm left); a full heap
@@ -124,6 +145,8 @@ class NormScanIndex(Index):
                     active = active[~done]
             start, block = end, min(2 * block, _MAX_BLOCK)
         heap_finish(heap_s, heap_i, sizes)
+        if skip is not None:
+            heap_i[np.isneginf(heap_s)] = -1  # a skipped item that filled a short heap
         return SearchResult(heap_i, heap_s), scanned
 
     def _get_state(self):
