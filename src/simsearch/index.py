@@ -624,6 +624,9 @@ class Index:
             scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(scan).tolist())
             if not scan.all():
                 self._run_widened(q, k, rows[~scan], w, filt, params, out, scans, None)
+        if filt.shared and len(scans) > 1:  # one gather and one product for all of them
+            known = [a for _, a in scans if a is not None]
+            scans = [(np.concatenate([r for r, _ in scans]), known[0] if known else None)]
         for rows, allowed in scans:
             if allowed is None:  # a deny list only (or a short answer): every allowed id
                 i = int(rows[0])
