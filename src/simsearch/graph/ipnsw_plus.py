@@ -387,7 +387,7 @@ class IPNSWPlus(Index):
 
     # filtered search (docs/filters.md): the beam widens by 1/selectivity and walks through
     # disallowed nodes; only allowed ones are kept
-    filter_read_cost = 32.0  # measured: docs/filters.md
+    filter_read_cost = 32.0  # measured: docs/filters.md, "The planner"
 
     def _traversal_reads(self, k: int, params: dict) -> float:
         ef = params.get("ef") or max(k, 64)
