@@ -61,6 +61,21 @@ class IdFilter:
         return ok
 
 
+class BeamFilterHooks:
+    """The planner's hooks (``Index._traversal_reads``, ``Index._widen``) for a kind searched
+    by a beam ``ef`` (default max(k, 64)) over a graph of ``M`` links per node: a query reads
+    about ef * M vectors, and widening multiplies the beam."""
+
+    def _traversal_reads(self, k: int, params: dict) -> float:
+        ef = params.get("ef") or max(k, 64)
+        return float(max(ef, k) * self._params["M"])
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        ef = params.get("ef") or max(k, 64)
+        ef = min(len(self), int(np.ceil(max(ef, k) * w)))
+        return ef, {**params, "ef": ef}
+
+
 def in_sorted(sorted_ids: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Is each entry of x in the sorted array? (O(len(x) log n), any shape of x.)"""
     if not sorted_ids.size:

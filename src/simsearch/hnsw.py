@@ -9,6 +9,7 @@ import threading
 import hnswlib
 import numpy as np
 
+from .filters import BeamFilterHooks
 from .index import Index, SearchResult, check_int, pad_score, register
 
 _SPACES = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
@@ -56,7 +57,7 @@ def _byte_table(top: int, allow=None, deny=None) -> bytearray:
 
 
 @register("hnsw")
-class HNSWIndex(Index):
+class HNSWIndex(BeamFilterHooks, Index):
     """Hierarchical navigable small world graph (hnswlib).
 
     Parameters
@@ -162,15 +163,6 @@ class HNSWIndex(Index):
     # allowed items and walks through the others) with a byte table as the filter, else the
     # beam widened by 1/selectivity
     filter_read_cost = 8.0  # measured: docs/filters.md, "The planner"
-
-    def _traversal_reads(self, k: int, params: dict) -> float:
-        ef = params.get("ef") or max(k, 64)
-        return float(max(ef, k) * self._params["M"])
-
-    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
-        ef = params.get("ef") or max(k, 64)
-        ef = min(len(self), int(np.ceil(max(ef, k) * w)))
-        return ef, {**params, "ef": ef}
 
     def _filtered_traversal(self, q, k, filt, params):
         top = int(self._idset.sorted[-1])

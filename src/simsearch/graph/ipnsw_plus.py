@@ -17,6 +17,7 @@ import hnswlib
 import numpy as np
 
 from ..errors import InvalidParameterError
+from ..filters import BeamFilterHooks
 from ..index import Index, SearchResult, check_int, register
 from . import _kernels as K
 
@@ -149,7 +150,7 @@ class _VisitedPool:
 
 
 @register("ipnsw-plus")
-class IPNSWPlus(Index):
+class IPNSWPlus(BeamFilterHooks, Index):
     """ip-NSW+: maximum inner product search with two graphs over the same items.
 
     An angular graph (hnswlib HNSW under cosine) finds a query's angular neighbours; they seed
@@ -388,15 +389,6 @@ class IPNSWPlus(Index):
     # filtered search (docs/filters.md): the beam widens by 1/selectivity and walks through
     # disallowed nodes; only allowed ones are kept
     filter_read_cost = 32.0  # measured: docs/filters.md, "The planner"
-
-    def _traversal_reads(self, k: int, params: dict) -> float:
-        ef = params.get("ef") or max(k, 64)
-        return float(max(ef, k) * self._params["M"])
-
-    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
-        ef = params.get("ef") or max(k, 64)
-        ef = min(len(self), int(np.ceil(max(ef, k) * w)))
-        return ef, {**params, "ef": ef}
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
         n = self._n
