@@ -54,6 +54,8 @@ _CHANNEL_OPTIONS = [
 # How long the library shuns an endpoint after a failure before trying it again (with several;
 # a single endpoint is never shunned: there is nothing else to try).
 _ENDPOINT_RETRY_S = 0.5
+# How many times a call waits that long when the library shuns every endpoint at once.
+_SHUNNED_WAITS = 2
 
 
 class EtcdNotFoundError(SimsearchError, FileNotFoundError):
@@ -495,6 +497,7 @@ class Etcd:
         self._client = etcd3.MultiEndpointEtcd3Client(
             endpoints=eps, timeout=self.timeout, failover=True
         )
+        self._all_shunned = etcd3.exceptions.NoServerAvailableError
         self._tx = self._client.transactions
         self._lock = threading.Lock()
         self._watches: list[_PrefixWatch] = []
@@ -529,16 +532,25 @@ class Etcd:
     # -- error mapping
     def _call(self, what: str, fn: Callable, *args, retry: bool = True, **kwargs):
         attempts = len(self.endpoints) if retry else 1
-        for attempt in range(max(1, attempts)):
+        shunned = 0
+        attempt = 0
+        while True:
             try:
                 return fn(*args, **kwargs)
             except Exception as exc:  # the library raises grpc.RpcError, Etcd3Exception, ValueError
                 if isinstance(exc, SimsearchError):
                     raise
+                if retry and isinstance(exc, self._all_shunned) and shunned < _SHUNNED_WAITS:
+                    # every endpoint failed within the shunning window (a member killed while
+                    # the others elect a leader): wait it out once or twice, not an attempt
+                    shunned += 1
+                    time.sleep(_ENDPOINT_RETRY_S)
+                    continue
                 err = CoordinationError(
                     f"etcd {what} failed on {self._current_endpoint()}: {type(exc).__name__}: {exc}"
                 )
-                if attempt + 1 < attempts:
+                attempt += 1
+                if attempt < attempts:
                     log.warning("%s; trying another endpoint", err)
                     continue
                 log.warning("%s", err)
