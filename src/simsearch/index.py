@@ -639,6 +639,7 @@ class Index:
                 if not allowed.size:
                     continue
             ids, scores = self._exact_allowed(q[rows], k, allowed)
+            out.ids[rows], out.scores[rows] = -1, pad_score(self.metric)  # a short try's too
             out.ids[rows, : ids.shape[1]], out.scores[rows, : ids.shape[1]] = ids, scores
         return out
 
