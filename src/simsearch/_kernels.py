@@ -140,8 +140,11 @@ def _dot(a, b):
 
 
 @njit(cache=True, inline="always")
-def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht):
-    """One query of :func:`scan_norm_lists` into its heap (hv, ht): (heap size, items scored)."""
+def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht, allowed):
+    """One query of :func:`scan_norm_lists` into its heap (hv, ht): (heap size, items scored).
+    ``allowed`` uint8 per position (empty: every item): the others are skipped, which can only
+    make a list's stop later, never wrong."""
+    masked = allowed.shape[0] > 0
     # a hair above |q|: the computed q·x of an item parallel to q may round above |q||x|
     bound = qn * np.float32(1.0 + 2.0**-16)
     size, n_read = 0, 0
@@ -150,6 +153,8 @@ def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht):
         for i in range(offsets[lst], offsets[lst + 1]):
             if size == k and bound * norms[i] < hv[0]:
                 break
+            if masked and not allowed[i]:
+                continue
             v = _dot(qr, x[i])
             n_read += 1
             t = ids[i]
@@ -170,13 +175,14 @@ def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht):
 
 
 @njit(cache=True)
-def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k):
+def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k, allowed):
     """Top-k inner products of each query row among the items of its lists ``probes`` (nq, P),
     visited in that order. Items are stored grouped by list (list l at positions
     [offsets[l], offsets[l + 1])), by decreasing norm within a list, so a list is left as soon
     as |q| (``qn``) times the next item's norm is below the k-th best: Cauchy–Schwarz says no
     item after it can do better. Ties go to the smaller id. Returns (ids int64 (nq, k), scores
-    float32 (nq, k), best first, -1 / -inf padded; items scored per query int64 (nq,))."""
+    float32 (nq, k), best first, -1 / -inf padded; items scored per query int64 (nq,)).
+    ``allowed``: uint8 per position, the items a filtered search may return (empty: all)."""
     nq = q.shape[0]
     heap_s = np.full((nq, k), -np.inf, np.float32)
     heap_i = np.full((nq, k), -1, np.int64)
@@ -184,13 +190,13 @@ def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k):
     scored = np.zeros(nq, np.int64)
     for r in range(nq):
         sizes[r], scored[r] = _norm_lists_one(q[r], qn[r], x, norms, ids, offsets, probes[r], k,
-                                              heap_s[r], heap_i[r])
+                                              heap_s[r], heap_i[r], allowed)
     heap_finish(heap_s, heap_i, sizes)
     return heap_i, heap_s, scored
 
 
 @njit(cache=True, parallel=True)
-def scan_norm_lists_parallel(q, qn, x, norms, ids, offsets, probes, k):
+def scan_norm_lists_parallel(q, qn, x, norms, ids, offsets, probes, k, allowed):
     """As :func:`scan_norm_lists`, queries spread over numba threads."""
     nq = q.shape[0]
     heap_s = np.full((nq, k), -np.inf, np.float32)
@@ -199,6 +205,6 @@ def scan_norm_lists_parallel(q, qn, x, norms, ids, offsets, probes, k):
     scored = np.zeros(nq, np.int64)
     for r in prange(nq):
         sizes[r], scored[r] = _norm_lists_one(q[r], qn[r], x, norms, ids, offsets, probes[r], k,
-                                              heap_s[r], heap_i[r])
+                                              heap_s[r], heap_i[r], allowed)
     heap_finish(heap_s, heap_i, sizes)
     return heap_i, heap_s, scored

@@ -25,6 +25,7 @@ from ._lists import assign, rank, train_centroids
 from ._numba_util import kernel_threads
 from .index import Index, SearchResult, as_matrix, check_int, check_k, check_threads, register
 
+_EVERY_ITEM = np.empty(0, np.uint8)  # no filter: the kernels' empty mask
 _FIRST_BLOCK = 256  # blocks double up to _MAX_BLOCK: early stops stay cheap, late ones few calls
 _MAX_BLOCK = 16384
 
@@ -212,6 +213,21 @@ class NormIVFIndex(Index):
                 n_threads: int = 1) -> SearchResult:
         return self._scan(q, k, n_probe, n_threads)[0]
 
+    def _filtered_traversal(self, q, k, filt, params):
+        """A filter shared by the batch is skipped inside the lists (a mask per position)."""
+        if not filt.shared:
+            return None
+        if filt.allow is not None:
+            allowed = np.zeros(len(self), np.uint8)
+            a = filt.allow[self._idset.contains(filt.allow)]
+            allowed[self._positions_of(a)] = 1
+        else:
+            allowed = np.ones(len(self), np.uint8)
+        if filt.deny is not None and filt.deny.size:
+            allowed[self._positions_of(filt.deny[self._idset.contains(filt.deny)])] = 0
+        r = self._scan(q, k, params.get("n_probe"), params.get("n_threads", 1), allowed)[0]
+        return r.ids, r.scores
+
     # filtered search (docs/filters.md): every list visited is exact; fewer lists are widened
     def _exact_under(self, params: dict) -> bool:
         n_probe = params.get("n_probe")
@@ -232,21 +248,22 @@ class NormIVFIndex(Index):
                 return 0.0
             return float(self._scan(q, min(check_k(k), len(self)), n_probe)[1].mean() / len(self))
 
-    def _scan(self, q: np.ndarray, k: int, n_probe: int | None, n_threads: int = 1):
+    def _scan(self, q: np.ndarray, k: int, n_probe: int | None, n_threads: int = 1,
+              allowed: np.ndarray = _EVERY_ITEM):
         n_probe = self.n_lists if n_probe is None else check_int("n_probe", n_probe, 1)
         n_threads = check_threads(n_threads)
         if n_threads == 1 or q.shape[0] == 1:
-            return self._scan_lists(q, k, n_probe, scan_norm_lists)
+            return self._scan_lists(q, k, n_probe, scan_norm_lists, allowed)
         with kernel_threads(n_threads):  # around the ranking product too (_numba_util)
-            return self._scan_lists(q, k, n_probe, scan_norm_lists_parallel)
+            return self._scan_lists(q, k, n_probe, scan_norm_lists_parallel, allowed)
 
-    def _scan_lists(self, q, k, n_probe, kernel):
+    def _scan_lists(self, q, k, n_probe, kernel, allowed):
         # visiting the best lists first raises the k-th best early, so later lists stop sooner
         probes = rank(q, self._centroids, self._list_norm, min(n_probe, self.n_lists),
                       best_first=True)
         qn = np.linalg.norm(q, axis=1).astype(np.float32)
         ids, scores, scored = kernel(q, qn, self._x, self._norms, self._ids, self._offsets,
-                                     probes, k)
+                                     probes, k, allowed)
         return SearchResult(ids, scores), scored
 
     def _get_state(self):
