@@ -229,6 +229,7 @@ class IdSet:
     def __init__(self, ids: np.ndarray | None = None, next_id: int = 0):
         self.sorted = np.sort(ids) if ids is not None else np.empty(0, np.int64)
         self.next_id = max(next_id, int(self.sorted[-1]) + 1 if self.sorted.size else 0)
+        self._cached: tuple | None = None  # (the sorted array it was built from, the table)
 
     def __len__(self) -> int:
         return int(self.sorted.size)
@@ -249,7 +250,7 @@ class IdSet:
     def _table(self) -> np.ndarray | None:
         """A boolean per id 0..max held (None for sparse ids), rebuilt when the set changes."""
         srt = self.sorted
-        cached = getattr(self, "_cached", None)
+        cached = self._cached
         if cached is not None and cached[0] is srt:
             return cached[1]
         top = int(srt[-1])

@@ -217,14 +217,11 @@ class NormIVFIndex(Index):
         """A filter shared by the batch is skipped inside the lists (a mask per position)."""
         if not filt.shared:
             return None
-        if filt.allow is not None:
-            allowed = np.zeros(len(self), np.uint8)
-            a = filt.allow[self._idset.contains(filt.allow)]
-            allowed[self._positions_of(a)] = 1
-        else:
-            allowed = np.ones(len(self), np.uint8)
-        if filt.deny is not None and filt.deny.size:
-            allowed[self._positions_of(filt.deny[self._idset.contains(filt.deny)])] = 0
+        allowed = np.zeros(len(self), np.uint8) if filt.allow is not None \
+            else np.ones(len(self), np.uint8)
+        for ids, v in ((filt.allow, 1), (filt.deny, 0)):
+            if ids is not None and ids.size:
+                allowed[self._positions_of(ids[self._idset.contains(ids)])] = v
         r = self._scan(q, k, params.get("n_probe"), params.get("n_threads", 1), allowed)[0]
         return r.ids, r.scores
 
