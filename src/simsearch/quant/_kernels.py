@@ -329,3 +329,46 @@ def kmeans_1d(values_sorted, centroids, n_iter):
             break
     return c
 
+
+
+@njit(cache=True)
+def fastscan_reference(blocks, list_blocks, block_base, block_count, probes, luts, scale, bias,
+                       norm_codebook, k):  # fmt: skip
+    """The 4-bit fast-scan (simsearch.quant.fastscan) item by item: the reference the compiled
+    kernels must equal. Returns positions int64 (nq, k) and estimates float32 (nq, k), best
+    first (ties by position), -1 / -inf padding."""
+    nq = luts.shape[0]
+    n_pairs = blocks.shape[1] // 32 - 1
+    n_lists = list_blocks.shape[0] - 1
+    out_i = np.full((nq, k), -1, np.int64)
+    out_s = np.full((nq, k), -np.inf, np.float32)
+    for q in range(nq):
+        lists = probes[q] if probes.shape[1] else np.arange(n_lists)
+        total = 0
+        for l in lists:
+            if 0 <= l < n_lists:
+                for b in range(list_blocks[l], list_blocks[l + 1]):
+                    total += block_count[b]
+        sc = np.empty(total, np.float32)
+        ps = np.empty(total, np.int64)
+        t = 0
+        for l in lists:
+            if not 0 <= l < n_lists:
+                continue
+            for b in range(list_blocks[l], list_blocks[l + 1]):
+                blk = blocks[b]
+                for i in range(block_count[b]):
+                    j = 2 * i if i < 16 else 2 * (i - 16) + 1
+                    acc = 0
+                    for p in range(n_pairs):
+                        c = blk[p * 32 + j]
+                        acc += luts[q, 2 * p, c & 15] + luts[q, 2 * p + 1, c >> 4]
+                    e = np.float32(acc) * scale[q] + bias[q]
+                    sc[t] = norm_codebook[blk[n_pairs * 32 + i]] * e
+                    ps[t] = block_base[b] + i
+                    t += 1
+        order = np.argsort(-sc, kind="mergesort")
+        for r in range(min(k, total)):
+            out_i[q, r] = ps[order[r]]
+            out_s[q, r] = sc[order[r]]
+    return out_i, out_s

@@ -29,6 +29,7 @@ from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, check_result_size, check_threads, register
 from . import _kernels as K
+from . import fastscan as FS
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +128,13 @@ def encode_norm(values: np.ndarray, codebook: np.ndarray) -> np.ndarray:
 class _Items:
     """What a search reads; replaced as a whole on writes so searches see old or new."""
 
-    codes: np.ndarray  # uint8 (n, M - 1) direction codes
+    codes: np.ndarray | None  # uint8 (n, M - 1) direction codes (None with fast_scan: in fs)
     norm_codes: np.ndarray  # uint8 (n,)
     ids: np.ndarray  # int64 (n,)
     x: np.ndarray | None  # float32 (n, dim) with keep_vectors
     lists: np.ndarray  # int64 (n,) coarse list of each item, ascending (all 0 without n_lists)
     offsets: np.ndarray  # int64 (n_lists + 1,): list l holds positions offsets[l]:offsets[l+1]
+    fs: FS.Blocks | None = None  # with fast_scan: the codes in the 4-bit block layout
 
 
 @register("neq")
@@ -155,6 +157,10 @@ class NEQIndex(Index):
         the paper): spherical k-means with n_lists centroids on the training directions, each
         item filed under the centroid of largest inner product, items stored grouped by list.
     progress: tqdm bars while encoding large batches.
+    fast_scan: score 4-bit codes (nbits=4) with the compiled fast-scan (simsearch.quant.fastscan:
+        8-bit lookup tables held in SIMD registers, 32 items per shuffle); the codes are kept
+        only in its block layout, (M - 1) / 2 + 1 bytes per item. Estimates differ from the
+        float scan by the tables' 8-bit rounding; re-rank with ``rerank``.
 
     Search parameters (per call): ``rerank`` (R, default 0: return the scan's estimates; R > 0
     with keep_vectors re-scores the scan's best max(R, k) exactly), ``n_threads`` (1; -1 all),
@@ -172,7 +178,7 @@ class NEQIndex(Index):
         self, dim: int, metric: str = "ip", base: str = "pq", n_codebooks: int = 4,
         nbits: int = 8, seed: int = 0, keep_vectors: bool = False, rq_beam_size: int = 1,
         lsq_train_iters: int = 25, lsq_ridge: float = LSQ_RIDGE, n_lists: int = 0,
-        progress: bool = True,
+        progress: bool = True, fast_scan: bool = False,
     ):  # fmt: skip
         if base not in BASES:
             raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
@@ -189,15 +195,19 @@ class NEQIndex(Index):
             raise InvalidParameterError(
                 f"lsq_ridge must be a finite number >= 0; got {lsq_ridge!r}"
             )
-        for name, v in (("keep_vectors", keep_vectors), ("progress", progress)):
+        for name, v in (("keep_vectors", keep_vectors), ("progress", progress),
+                        ("fast_scan", fast_scan)):
             if not isinstance(v, bool):
                 raise InvalidParameterError(f"{name} must be a bool; got {v!r}")
         super().__init__(
             dim, metric, base=base, n_codebooks=n_codebooks, nbits=nbits, seed=seed,
             keep_vectors=keep_vectors, rq_beam_size=rq_beam_size,
             lsq_train_iters=lsq_train_iters, lsq_ridge=float(lsq_ridge), n_lists=n_lists,
-            progress=progress,
+            progress=progress, fast_scan=fast_scan,
         )  # fmt: skip
+        if fast_scan and nbits != 4:
+            raise InvalidParameterError(f"fast_scan scores 4-bit codes: needs nbits=4; got {nbits}")
+        self.fast_scan = fast_scan
         self.base, self.n_codebooks, self.nbits = base, n_codebooks, nbits
         self.keep_vectors, self.progress = keep_vectors, progress
         self.n_lists, self.seed = n_lists, seed
@@ -346,7 +356,16 @@ class NEQIndex(Index):
             x = x[order] if x is not None else None
         counts = np.bincount(lists, minlength=max(self.n_lists, 1))
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        if self.fast_scan:
+            fs = FS.pack(codes, norm_codes, offsets)
+            return _Items(None, norm_codes, ids, x, lists, offsets, fs)
         return _Items(codes, norm_codes, ids, x, lists, offsets)
+
+    def _codes(self, it: _Items) -> np.ndarray:
+        """The direction codes by position (unpacked from the block layout with fast_scan)."""
+        if it.codes is not None:
+            return it.codes
+        return FS.unpack(it.fs, len(it.ids), self.n_direction_codebooks)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -358,7 +377,7 @@ class NEQIndex(Index):
             np.maximum.at(self._list_norm, lists, np.linalg.norm(x, axis=1).astype(np.float32))
         it = self._items
         self._items = self._grouped(
-            np.concatenate([it.codes, codes]), np.concatenate([it.norm_codes, nc]),
+            np.concatenate([self._codes(it), codes]), np.concatenate([it.norm_codes, nc]),
             np.concatenate([it.ids, ids]),
             np.concatenate([it.x, x]) if self.keep_vectors else None,
             np.concatenate([it.lists, lists]),
@@ -367,7 +386,7 @@ class NEQIndex(Index):
     def _remove(self, ids: np.ndarray) -> None:
         it = self._items
         keep = ~np.isin(it.ids, ids)
-        self._items = self._grouped(it.codes[keep], it.norm_codes[keep], it.ids[keep],
+        self._items = self._grouped(self._codes(it)[keep], it.norm_codes[keep], it.ids[keep],
                                     it.x[keep] if it.x is not None else None,
                                     it.lists[keep])  # fmt: skip
 
@@ -404,10 +423,10 @@ class NEQIndex(Index):
                 f"rerank={rerank} needs the raw vectors; build with keep_vectors=True"
             )
         if n_threads == 1 or q.shape[0] == 1:
-            pos, S = self._scan_rerank(q, k, rerank, n_probe, list_ranking, parallel=False)
+            pos, S = self._scan_rerank(q, k, rerank, n_probe, list_ranking, 1)
         else:
             with kernel_threads(n_threads):  # around the lookup-table products too (_numba_util)
-                pos, S = self._scan_rerank(q, k, rerank, n_probe, list_ranking, parallel=True)
+                pos, S = self._scan_rerank(q, k, rerank, n_probe, list_ranking, n_threads)
         ids = np.where(pos >= 0, self._items.ids[np.maximum(pos, 0)], -1)
         return SearchResult(ids.astype(np.int64), np.ascontiguousarray(S, np.float32))
 
@@ -417,7 +436,9 @@ class NEQIndex(Index):
 
     def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
         it, pos = self._items, self._positions_of(ids)
-        return it.x[pos] if it.x is not None else self.decode(it.codes[pos], it.norm_codes[pos])
+        if it.x is not None:
+            return it.x[pos]
+        return self.decode(self._codes(it)[pos], it.norm_codes[pos])
 
     def _traversal_reads(self, k: int, params: dict) -> float:
         n, n_probe = len(self), params.get("n_probe")
@@ -431,19 +452,24 @@ class NEQIndex(Index):
             params = {**params, "rerank": min(n, max(kk, int(np.ceil(params["rerank"] * w))))}
         return kk, params
 
-    def _scan_rerank(self, q, k, rerank, n_probe, list_ranking, parallel):
+    def _scan_rerank(self, q, k, rerank, n_probe, list_ranking, n_threads):
         """The scan's best positions and scores: k, or ``rerank`` candidates re-scored exactly
         down to k."""
         probes = self._probes(q, n_probe, list_ranking)
-        it = self._items
-        args = (self.lookup_tables(q), it.codes, it.norm_codes, self._norm_codebook,
-                max(k, rerank))
-        if probes is None:
-            scan = K.scan_batch_parallel if parallel else K.scan_batch
+        it, parallel = self._items, n_threads != 1
+        if it.fs is not None:
+            luts, scale, bias = FS.quantize_luts(self.lookup_tables(q), it.fs.n_pairs)
+            pos, S = FS.scan(it.fs, luts, scale, bias, self._norm_codebook, max(k, rerank), probes,
+                             not rerank, n_threads)  # fmt: skip
         else:
-            scan = K.scan_lists_batch_parallel if parallel else K.scan_lists_batch
-            args = (*args, it.offsets, probes)
-        pos, S = scan(*args, not rerank)  # candidates for the re-rank need no order
+            args = (self.lookup_tables(q), it.codes, it.norm_codes, self._norm_codebook,
+                    max(k, rerank))
+            if probes is None:
+                scan = K.scan_batch_parallel if parallel else K.scan_batch
+            else:
+                scan = K.scan_lists_batch_parallel if parallel else K.scan_lists_batch
+                args = (*args, it.offsets, probes)
+            pos, S = scan(*args, not rerank)  # candidates for the re-rank need no order
         if rerank:
             exact = K.rerank_batch_parallel if parallel else K.rerank_batch
             return exact(pos, it.x, np.ascontiguousarray(q, np.float32), k)
@@ -456,7 +482,7 @@ class NEQIndex(Index):
         arrays = {
             "quantizer": faiss.serialize_index(self._dq),
             "norm_codebook": self._norm_codebook,
-            "codes": it.codes, "norm_codes": it.norm_codes, "ids": it.ids,
+            "codes": self._codes(it), "norm_codes": it.norm_codes, "ids": it.ids,
         }  # fmt: skip
         if self.n_lists:
             arrays["centroids"] = self._centroids

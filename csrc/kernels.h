@@ -1,0 +1,70 @@
+// The kernels of simsearch._simd, one set per instruction set (namespaces scalar, avx2,
+// avx512, each compiled from kernels_impl.h with its own flags). Plain structs of pointers: the
+// bindings (module.cpp) check shapes and types, the kernels trust them.
+#pragma once
+#include <cstdint>
+
+namespace simsearch {
+
+// NEQ fast-scan over inverted lists (docs/kernels.md, "4-bit fast-scan").
+// Block layout: items of a list in blocks of 32; block b holds n_pairs * 32 bytes of direction
+// codes (byte 2j of pair p: codes of sub-quantizers 2p (low nibble) and 2p + 1 (high nibble)
+// of item j; byte 2j + 1: the same for item 16 + j), then 32 norm codes in item order.
+struct FastScanArgs {
+  const uint8_t* blocks;       // (n_blocks, n_pairs * 32 + 32)
+  int64_t n_pairs;
+  const int64_t* list_blocks;  // (n_lists + 1,): list l owns blocks list_blocks[l]..[l + 1]
+  int64_t n_lists;
+  const int64_t* block_base;   // (n_blocks,): position of the block's item 0
+  const uint8_t* block_count;  // (n_blocks,): items in the block, 1..32
+  const int64_t* probes;       // (nq, n_probe) lists to scan, or nullptr: every list
+  int64_t n_probe;
+  const uint8_t* luts;         // (nq, 2 * n_pairs, 16) 8-bit lookup tables
+  const float* lut_scale;      // (nq,) estimate = norm * (scale * sum + bias)
+  const float* lut_bias;       // (nq,)
+  const float* norm_codebook;  // (16,)
+  int64_t k;                   // candidates kept per query
+  bool ordered;                // sort each row by decreasing estimate
+  int64_t* out_pos;            // (nq, k), -1 padding
+  float* out_scores;           // (nq, k), -inf padding
+};
+
+// Graph search on full or 8-bit scalar-quantized vectors (docs/kernels.md, "graph search").
+// An HNSW-like angular graph (hnswlib's, extracted) seeds a best-first search on the
+// inner-product graph; with ``codes`` the walk scores q . (vmin + vstep * code) and the best
+// ``rerank`` of the beam are re-scored exactly on ``xb``.
+struct GraphArgs {
+  const float* Q;  // (nq, d)
+  int64_t d;
+  int64_t k, ef, angular_ef, rerank;
+  int64_t n;               // items (rows of xb, codes, visited)
+  const float* xb;         // (n, d) exact vectors
+  const uint8_t* codes;    // (n, d) or nullptr: walk on xb
+  const float* vmin;       // (d,)
+  const float* vstep;      // (d,)
+  const float* inv_norm;   // (n,)
+  const uint8_t* live;     // (n,)
+  // the angular graph: level 0, upper levels (row upper_start[u] + l - 1 for level l >= 1)
+  const int32_t* a_links0; int64_t a_width0; const int32_t* a_degree0;
+  const int32_t* a_upper_links; int64_t a_width1; const int32_t* a_upper_degree;
+  const int64_t* a_upper_start; int64_t a_entry; int64_t a_max_level;
+  // the inner-product graph
+  const int32_t* links; int64_t width; const int32_t* degree;
+  int32_t* out_pos;     // (nq, k)
+  float* out_scores;    // (nq, k)
+  int64_t* out_ndis;    // (nq, 2): angular, inner-product distance computations
+};
+
+#define SIMSEARCH_DECLARE(NS)                                                                \
+  namespace NS {                                                                             \
+  void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi);                          \
+  void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visited,        \
+                    int32_t* tag);                                                           \
+  float dot(const float* a, const float* b, int64_t d);                                      \
+  }
+
+SIMSEARCH_DECLARE(scalar)
+SIMSEARCH_DECLARE(avx2)
+SIMSEARCH_DECLARE(avx512)
+
+}  // namespace simsearch

@@ -1,0 +1,541 @@
+// The kernels, written once and compiled once per instruction set: the including file defines
+// SIMSEARCH_NS (scalar, avx2 or avx512) and the build gives it the matching -m flags, so the
+// #if blocks below pick the code path. The numba kernels in simsearch.quant._kernels and
+// simsearch.graph._kernels are the reference these must equal (tests/test_simd.py).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define SS_AVX512 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#define SS_AVX2 1
+#endif
+
+namespace simsearch {
+namespace SIMSEARCH_NS {
+namespace {
+
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+
+// A bounded min-heap of (score, id): the best ``cap`` pushed so far.
+struct TopK {
+  std::vector<float> s;
+  std::vector<int64_t> id;
+  int64_t cap, n = 0;
+  explicit TopK(int64_t cap_) : s(cap_), id(cap_), cap(cap_) {}
+  float threshold() const { return n < cap ? NEG_INF : s[0]; }
+  void push(float v, int64_t i) {
+    if (n < cap) {
+      int64_t c = n++;
+      while (c > 0) {
+        int64_t p = (c - 1) >> 1;
+        if (s[p] <= v) break;
+        s[c] = s[p]; id[c] = id[p]; c = p;
+      }
+      s[c] = v; id[c] = i;
+    } else if (v > s[0]) {
+      sift_down(v, i, n);
+    }
+  }
+  void sift_down(float v, int64_t i, int64_t size) {
+    int64_t c = 0;
+    for (;;) {
+      int64_t l = 2 * c + 1;
+      if (l >= size) break;
+      int64_t r = l + 1, m = (r < size && s[r] < s[l]) ? r : l;
+      if (s[m] >= v) break;
+      s[c] = s[m]; id[c] = id[m]; c = m;
+    }
+    s[c] = v; id[c] = i;
+  }
+  // writes the kept entries (best first when ordered) and pads to k with (-1, -inf)
+  void finish(int64_t* out_id, float* out_s, int64_t k, bool ordered) {
+    int64_t m = n;
+    if (ordered) {
+      for (int64_t end = n - 1; end >= 0; --end) {  // pop the minimum into the last free slot
+        float v = s[0]; int64_t i = id[0];
+        float lv = s[end]; int64_t li = id[end];
+        if (end > 0) sift_down(lv, li, end);
+        out_s[end] = v; out_id[end] = i;
+      }
+    } else {
+      for (int64_t t = 0; t < n; ++t) { out_s[t] = s[t]; out_id[t] = id[t]; }
+    }
+    for (int64_t t = m; t < k; ++t) { out_s[t] = NEG_INF; out_id[t] = -1; }
+  }
+};
+
+inline void push_masked(TopK& top, const float* sc, uint32_t mask, int64_t base) {
+  while (mask) {
+    int i = __builtin_ctz(mask);
+    mask &= mask - 1;
+    if (sc[i] > top.threshold()) top.push(sc[i], base + i);
+  }
+}
+
+// ---- NEQ fast-scan ------------------------------------------------------------------------
+
+#if defined(SS_AVX2) || defined(SS_AVX512)
+// 32 accumulators of one block: items 0..15 (``even``) and 16..31 (``odd``) as uint16 lanes.
+// Adding a byte vector as uint16 lanes sums item j in the low byte and item 16 + j in the high
+// byte; the high bytes are also summed alone, and subtracted back out at the end (faiss's trick:
+// no unpacking inside the loop).
+inline void accumulate256(const uint8_t* blk, int64_t n_pairs, const __m256i* lut,
+                          __m256i& even, __m256i& odd) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  __m256i lo_acc = _mm256_setzero_si256(), hi_acc = _mm256_setzero_si256();
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + p * 32));
+    __m256i v0 = _mm256_shuffle_epi8(lut[2 * p], _mm256_and_si256(c, m4));
+    __m256i v1 = _mm256_shuffle_epi8(lut[2 * p + 1],
+                                     _mm256_and_si256(_mm256_srli_epi16(c, 4), m4));
+    lo_acc = _mm256_add_epi16(lo_acc, _mm256_add_epi16(v0, v1));
+    hi_acc = _mm256_add_epi16(hi_acc, _mm256_add_epi16(_mm256_srli_epi16(v0, 8),
+                                                       _mm256_srli_epi16(v1, 8)));
+  }
+  even = _mm256_sub_epi16(lo_acc, _mm256_slli_epi16(hi_acc, 8));
+  odd = hi_acc;
+}
+#endif
+
+#if defined(SS_AVX512)
+inline void accumulate512(const uint8_t* b0, const uint8_t* b1, int64_t n_pairs,
+                          const __m512i* lut, __m512i& even, __m512i& odd) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  __m512i lo_acc = _mm512_setzero_si512(), hi_acc = _mm512_setzero_si512();
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    __m512i c = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + p * 32))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + p * 32)), 1);
+    __m512i v0 = _mm512_shuffle_epi8(lut[2 * p], _mm512_and_si512(c, m4));
+    __m512i v1 = _mm512_shuffle_epi8(lut[2 * p + 1],
+                                     _mm512_and_si512(_mm512_srli_epi16(c, 4), m4));
+    lo_acc = _mm512_add_epi16(lo_acc, _mm512_add_epi16(v0, v1));
+    hi_acc = _mm512_add_epi16(hi_acc, _mm512_add_epi16(_mm512_srli_epi16(v0, 8),
+                                                       _mm512_srli_epi16(v1, 8)));
+  }
+  even = _mm512_sub_epi16(lo_acc, _mm512_slli_epi16(hi_acc, 8));
+  odd = hi_acc;
+}
+
+// estimates of 16 items from their uint16 sums; pushes those above the heap's threshold
+inline void finish16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale,
+                     float bias, uint32_t valid, TopK& top, int64_t base) {
+  __m512 e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(sums)),
+                             _mm512_set1_ps(scale), _mm512_set1_ps(bias));
+  __m512i nc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(norms)));
+  __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(nc, codebook), e);
+  uint32_t m = _mm512_cmp_ps_mask(s, _mm512_set1_ps(top.threshold()), _CMP_GT_OQ) & valid;
+  if (m) {
+    alignas(64) float sc[16];
+    _mm512_store_ps(sc, s);
+    push_masked(top, sc, m, base);
+  }
+}
+#elif defined(SS_AVX2)
+inline void finish16(__m256i sums, const uint8_t* norms, const float* codebook, float scale,
+                     float bias, uint32_t valid, TopK& top, int64_t base) {
+  for (int h = 0; h < 2; ++h) {
+    __m128i part = h ? _mm256_extracti128_si256(sums, 1) : _mm256_castsi256_si128(sums);
+    __m256 e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(part)),
+                               _mm256_set1_ps(scale), _mm256_set1_ps(bias));
+    __m256i nc = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(norms + 8 * h)));
+    __m256 s = _mm256_mul_ps(_mm256_i32gather_ps(codebook, nc, 4), e);
+    uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(
+                     _mm256_cmp_ps(s, _mm256_set1_ps(top.threshold()), _CMP_GT_OQ))) &
+                 (valid >> (8 * h)) & 0xffu;
+    if (m) {
+      alignas(32) float sc[8];
+      _mm256_store_ps(sc, s);
+      push_masked(top, sc, m, base + 8 * h);
+    }
+  }
+}
+#endif
+
+inline uint32_t valid_mask(int cnt) { return cnt >= 32 ? 0xffffffffu : ((1u << cnt) - 1u); }
+
+void scan_list(const FastScanArgs& a, int64_t q, int64_t list, TopK& top, const void* lut_vecs) {
+  const int64_t stride = a.n_pairs * 32 + 32;
+  const int64_t b_end = a.list_blocks[list + 1];
+  const float scale = a.lut_scale[q], bias = a.lut_bias[q];
+  int64_t b = a.list_blocks[list];
+#if defined(SS_AVX512)
+  const __m512 cb = _mm512_loadu_ps(a.norm_codebook);
+  const __m512i* lut512 = static_cast<const __m512i*>(lut_vecs);
+  for (; b + 1 < b_end; b += 2) {  // two blocks per pass: 64 lookups per shuffle
+    const uint8_t* b0 = a.blocks + b * stride;
+    const uint8_t* b1 = b0 + stride;
+    __m512i even, odd;
+    accumulate512(b0, b1, a.n_pairs, lut512, even, odd);
+    for (int t = 0; t < 2; ++t) {
+      const uint8_t* norms = (t ? b1 : b0) + a.n_pairs * 32;
+      uint32_t valid = valid_mask(a.block_count[b + t]);
+      int64_t base = a.block_base[b + t];
+      finish16(t ? _mm512_extracti64x4_epi64(even, 1) : _mm512_castsi512_si256(even), norms,
+               cb, scale, bias, valid & 0xffffu, top, base);
+      finish16(t ? _mm512_extracti64x4_epi64(odd, 1) : _mm512_castsi512_si256(odd), norms + 16,
+               cb, scale, bias, valid >> 16, top, base + 16);
+    }
+  }
+  const __m256i* lut256 = reinterpret_cast<const __m256i*>(lut512 + 2 * a.n_pairs);
+  for (; b < b_end; ++b) {
+    const uint8_t* blk = a.blocks + b * stride;
+    __m256i even, odd;
+    accumulate256(blk, a.n_pairs, lut256, even, odd);
+    uint32_t valid = valid_mask(a.block_count[b]);
+    const uint8_t* norms = blk + a.n_pairs * 32;
+    finish16(even, norms, cb, scale, bias, valid & 0xffffu, top, a.block_base[b]);
+    finish16(odd, norms + 16, cb, scale, bias, valid >> 16, top, a.block_base[b] + 16);
+  }
+#elif defined(SS_AVX2)
+  const __m256i* lut256 = static_cast<const __m256i*>(lut_vecs);
+  for (; b < b_end; ++b) {
+    const uint8_t* blk = a.blocks + b * stride;
+    __m256i even, odd;
+    accumulate256(blk, a.n_pairs, lut256, even, odd);
+    uint32_t valid = valid_mask(a.block_count[b]);
+    const uint8_t* norms = blk + a.n_pairs * 32;
+    finish16(even, norms, a.norm_codebook, scale, bias, valid, top, a.block_base[b]);
+    finish16(odd, norms + 16, a.norm_codebook, scale, bias, valid >> 16, top,
+             a.block_base[b] + 16);
+  }
+#else
+  const uint8_t* lut = static_cast<const uint8_t*>(lut_vecs);
+  for (; b < b_end; ++b) {
+    const uint8_t* blk = a.blocks + b * stride;
+    const int cnt = a.block_count[b];
+    for (int i = 0; i < cnt; ++i) {
+      const int j = i < 16 ? 2 * i : 2 * (i - 16) + 1;
+      uint32_t acc = 0;
+      for (int64_t p = 0; p < a.n_pairs; ++p) {
+        const uint8_t c = blk[p * 32 + j];
+        acc += lut[(2 * p) * 16 + (c & 15)] + lut[(2 * p + 1) * 16 + (c >> 4)];
+      }
+      const float e = static_cast<float>(acc) * scale + bias;
+      const float s = a.norm_codebook[blk[a.n_pairs * 32 + i]] * e;
+      if (s > top.threshold()) top.push(s, a.block_base[b] + i);
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi) {
+  const int64_t n_tables = 2 * a.n_pairs;
+  TopK top(a.k);
+#if defined(SS_AVX512)
+  // 512-bit copies of every table, then 256-bit copies for a block left over
+  std::vector<__m512i> vecs(n_tables + (n_tables + 1) / 2);
+  __m256i* v256 = reinterpret_cast<__m256i*>(vecs.data() + n_tables);
+#elif defined(SS_AVX2)
+  std::vector<__m256i> vecs(n_tables);
+  __m256i* v256 = vecs.data();
+#endif
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const uint8_t* lq = a.luts + q * n_tables * 16;
+#if defined(SS_AVX512) || defined(SS_AVX2)
+    for (int64_t m = 0; m < n_tables; ++m) {
+      __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lq + m * 16));
+#if defined(SS_AVX512)
+      vecs[m] = _mm512_broadcast_i32x4(t);
+#endif
+      v256[m] = _mm256_broadcastsi128_si256(t);
+    }
+    const void* lut_vecs = vecs.data();
+#else
+    const void* lut_vecs = lq;
+#endif
+    top.n = 0;
+    if (a.probes == nullptr) {
+      for (int64_t l = 0; l < a.n_lists; ++l) scan_list(a, q, l, top, lut_vecs);
+    } else {
+      for (int64_t t = 0; t < a.n_probe; ++t) {
+        int64_t l = a.probes[q * a.n_probe + t];
+        if (l >= 0 && l < a.n_lists) scan_list(a, q, l, top, lut_vecs);
+      }
+    }
+    top.finish(a.out_pos + q * a.k, a.out_scores + q * a.k, a.k, a.ordered);
+  }
+}
+
+// ---- inner products -----------------------------------------------------------------------
+
+float dot(const float* x, const float* y, int64_t d) {
+#if defined(SS_AVX512)
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t t = 0;
+  for (; t + 32 <= d; t += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t), _mm512_loadu_ps(y + t), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 16), _mm512_loadu_ps(y + t + 16), s1);
+  }
+  for (; t < d; t += 16) {
+    __mmask16 m = d - t >= 16 ? 0xffff : static_cast<__mmask16>((1u << (d - t)) - 1u);
+    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t), _mm512_maskz_loadu_ps(m, y + t), s0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+#elif defined(SS_AVX2)
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 16 <= d; t += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(y + t), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), _mm256_loadu_ps(y + t + 8), s1);
+  }
+  for (; t + 8 <= d; t += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(y + t), s0);
+  s0 = _mm256_add_ps(s0, s1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  float s = _mm_cvtss_f32(h);
+  for (; t < d; ++t) s += x[t] * y[t];
+  return s;
+#else
+  float s = 0.f;
+  for (int64_t t = 0; t < d; ++t) s += x[t] * y[t];
+  return s;
+#endif
+}
+
+namespace {
+
+// sum_t qs[t] * code[t] over 8-bit codes
+inline float dot_u8(const float* qs, const uint8_t* c, int64_t d) {
+#if defined(SS_AVX512)
+  __m512 s0 = _mm512_setzero_ps();
+  int64_t t = 0;
+  for (; t + 16 <= d; t += 16) {
+    __m512 v = _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + t))));
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qs + t), v, s0);
+  }
+  if (t < d) {
+    __mmask16 m = static_cast<__mmask16>((1u << (d - t)) - 1u);
+    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c + t)));
+    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qs + t), v, s0);
+  }
+  return _mm512_reduce_add_ps(s0);
+#elif defined(SS_AVX2)
+  __m256 s0 = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= d; t += 8) {
+    __m256 v = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + t))));
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + t), v, s0);
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  float s = _mm_cvtss_f32(h);
+  for (; t < d; ++t) s += qs[t] * static_cast<float>(c[t]);
+  return s;
+#else
+  float s = 0.f;
+  for (int64_t t = 0; t < d; ++t) s += qs[t] * static_cast<float>(c[t]);
+  return s;
+#endif
+}
+
+// ---- graph search -------------------------------------------------------------------------
+
+constexpr int32_t TAG_LIMIT = 2147483647 - 8;
+
+// The beam: ids, scores and expanded flags sorted by decreasing score, capacity cap
+// (simsearch.graph._kernels.pool_insert).
+struct Pool {
+  std::vector<int32_t> ids;
+  std::vector<float> s;
+  std::vector<uint8_t> done;
+  int64_t size = 0, cap = 0;
+  explicit Pool(int64_t c) : ids(c), s(c), done(c) {}
+  // returns the position, or -1 when rejected
+  int64_t insert(int32_t node, float score) {
+    if (size == cap && score <= s[size - 1]) return -1;
+    int64_t lo = 0, hi = size;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) >> 1;
+      if (s[mid] >= score) lo = mid + 1; else hi = mid;
+    }
+    int64_t end = size < cap ? size : cap - 1;
+    for (int64_t t = end; t > lo; --t) { ids[t] = ids[t - 1]; s[t] = s[t - 1]; done[t] = done[t - 1]; }
+    ids[lo] = node; s[lo] = score; done[lo] = 0;
+    if (size < cap) ++size;
+    return lo;
+  }
+};
+
+struct Scorer {
+  const GraphArgs& a;
+  const float* q;
+  std::vector<float> qs;  // q * vstep, for codes
+  float qc = 0.f;         // q . vmin
+  int64_t lines;
+  Scorer(const GraphArgs& a_, const float* q_) : a(a_), q(q_), qs(a_.codes ? a_.d : 0) {
+    if (a.codes) {
+      for (int64_t t = 0; t < a.d; ++t) { qs[t] = q[t] * a.vstep[t]; qc += q[t] * a.vmin[t]; }
+      lines = (a.d + 63) / 64;
+    } else {
+      lines = (a.d * 4 + 63) / 64;
+    }
+  }
+  float ip(int32_t u) const {
+    if (a.codes) return dot_u8(qs.data(), a.codes + static_cast<int64_t>(u) * a.d, a.d) + qc;
+    return dot(q, a.xb + static_cast<int64_t>(u) * a.d, a.d);
+  }
+  void prefetch(int32_t u) const {
+    const char* p = a.codes ? reinterpret_cast<const char*>(a.codes + static_cast<int64_t>(u) * a.d)
+                            : reinterpret_cast<const char*>(a.xb + static_cast<int64_t>(u) * a.d);
+    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+  }
+};
+
+// Score the unvisited neighbours of ``node`` into the pool; lowers ``cur`` when one lands
+// before it. Returns the distance computations.
+int64_t expand(const Scorer& sc, bool angular, const int32_t* row, int32_t deg, int32_t* visited,
+               int32_t tag, Pool& pool, int64_t& cur, std::vector<int32_t>& fresh) {
+  for (int32_t t = 0; t < deg; ++t) _mm_prefetch(reinterpret_cast<const char*>(visited + row[t]), _MM_HINT_T0);
+  int64_t nf = 0;
+  for (int32_t t = 0; t < deg; ++t) {
+    int32_t u = row[t];
+    if (visited[u] != tag) {
+      visited[u] = tag;
+      fresh[nf++] = u;
+      sc.prefetch(u);
+    }
+  }
+  for (int64_t t = 0; t < nf; ++t) {
+    int32_t u = fresh[t];
+    float s = sc.ip(u);
+    if (angular) s *= sc.a.inv_norm[u];
+    int64_t pos = pool.insert(u, s);
+    if (pos >= 0 && pos < cur) cur = pos;
+  }
+  return nf;
+}
+
+int64_t best_first(const Scorer& sc, bool angular, const int32_t* links, int64_t width,
+                   const int32_t* degree, int32_t* visited, int32_t tag, Pool& pool,
+                   std::vector<int32_t>& fresh) {
+  int64_t ndis = 0, cur = 0;
+  for (;;) {
+    while (cur < pool.size && pool.done[cur]) ++cur;
+    if (cur >= pool.size) break;
+    pool.done[cur] = 1;
+    int32_t node = pool.ids[cur];
+    ndis += expand(sc, angular, links + static_cast<int64_t>(node) * width, degree[node],
+                   visited, tag, pool, cur, fresh);
+  }
+  return ndis;
+}
+
+inline int32_t next_tag(int32_t* visited, int64_t n, int32_t tag) {
+  if (++tag >= TAG_LIMIT) {
+    std::memset(visited, 0, sizeof(int32_t) * n);
+    tag = 1;
+  }
+  return tag;
+}
+
+}  // namespace
+
+void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visited,
+                  int32_t* tag_io) {
+  const int64_t cap = std::max(a.ef, a.angular_ef);
+  Pool pool(cap);
+  std::vector<int32_t> seeds(a.angular_ef);
+  std::vector<int32_t> fresh(std::max(a.width, std::max(a.a_width0, a.a_width1)) + 1);
+  std::vector<std::pair<float, int32_t>> best;
+  int32_t tag = *tag_io;
+  for (int64_t i = q_lo; i < q_hi; ++i) {
+    const float* q = a.Q + i * a.d;
+    Scorer sc(a, q);
+    // angular HNSW: greedy through the upper levels, then best-first with beam angular_ef
+    tag = next_tag(visited, a.n, tag);
+    int32_t cur_node = static_cast<int32_t>(a.a_entry);
+    float best_s = sc.ip(cur_node) * a.inv_norm[cur_node];
+    int64_t nd_a = 1;
+    for (int64_t level = a.a_max_level; level > 0; --level) {
+      bool changed = true;
+      while (changed) {
+        changed = false;
+        int64_t row = a.a_upper_start[cur_node] + level - 1;
+        const int32_t* lk = a.a_upper_links + row * a.a_width1;
+        int32_t deg = a.a_upper_degree[row];
+        for (int32_t t = 0; t < deg; ++t) sc.prefetch(lk[t]);
+        for (int32_t t = 0; t < deg; ++t) {
+          int32_t u = lk[t];
+          float s = sc.ip(u) * a.inv_norm[u];
+          ++nd_a;
+          if (s > best_s) { best_s = s; cur_node = u; changed = true; }
+        }
+      }
+    }
+    visited[cur_node] = tag;
+    pool.size = 0;
+    pool.cap = a.angular_ef;
+    pool.insert(cur_node, best_s);
+    nd_a += best_first(sc, true, a.a_links0, a.a_width0, a.a_degree0, visited, tag, pool, fresh);
+    const int64_t n_seeds = pool.size;
+    std::copy(pool.ids.begin(), pool.ids.begin() + n_seeds, seeds.begin());
+    // the seeded inner-product search
+    tag = next_tag(visited, a.n, tag);
+    pool.size = 0;
+    pool.cap = a.ef;
+    int64_t nd_ip = 0;
+    for (int64_t t = 0; t < n_seeds; ++t) {
+      int32_t s = seeds[t];
+      if (visited[s] == tag) continue;
+      visited[s] = tag;
+      ++nd_ip;
+      int64_t pos = pool.insert(s, sc.ip(s));
+      if (pos >= 0) pool.done[pos] = 1;  // expanded just below
+    }
+    int64_t cur = 0;
+    for (int64_t t = 0; t < n_seeds; ++t) {
+      int32_t s = seeds[t];
+      nd_ip += expand(sc, false, a.links + static_cast<int64_t>(s) * a.width, a.degree[s],
+                      visited, tag, pool, cur, fresh);
+    }
+    nd_ip += best_first(sc, false, a.links, a.width, a.degree, visited, tag, pool, fresh);
+    a.out_ndis[2 * i] = nd_a;
+    a.out_ndis[2 * i + 1] = nd_ip;
+    int32_t* op = a.out_pos + i * a.k;
+    float* os = a.out_scores + i * a.k;
+    int64_t j = 0;
+    if (a.codes) {  // exact re-rank of the beam's best live entries
+      best.clear();
+      const int64_t depth = std::max(a.k, a.rerank);
+      for (int64_t t = 0; t < pool.size && static_cast<int64_t>(best.size()) < depth; ++t) {
+        int32_t u = pool.ids[t];
+        if (a.live[u]) best.emplace_back(0.f, u);
+      }
+      for (auto& e : best) _mm_prefetch(reinterpret_cast<const char*>(a.xb + static_cast<int64_t>(e.second) * a.d), _MM_HINT_T0);
+      for (auto& e : best) e.first = dot(q, a.xb + static_cast<int64_t>(e.second) * a.d, a.d);
+      const int64_t m = std::min<int64_t>(a.k, best.size());
+      std::partial_sort(best.begin(), best.begin() + m, best.end(),
+                        [](const auto& x, const auto& y) {
+                          return x.first > y.first || (x.first == y.first && x.second < y.second);
+                        });
+      for (; j < m; ++j) { op[j] = best[j].second; os[j] = best[j].first; }
+    } else {
+      for (int64_t t = 0; t < pool.size && j < a.k; ++t) {
+        int32_t u = pool.ids[t];
+        if (a.live[u]) { op[j] = u; os[j] = pool.s[t]; ++j; }
+      }
+    }
+    for (; j < a.k; ++j) { op[j] = -1; os[j] = NEG_INF; }
+  }
+  *tag_io = tag;
+}
+
+}  // namespace SIMSEARCH_NS
+}  // namespace simsearch

@@ -1,0 +1,230 @@
+// simsearch._simd: the compiled kernels' bindings. Picks the instruction set once at import from
+// what the CPU reports (AVX-512 F/BW/VL/DQ, else AVX2 + FMA, else scalar); set_isa() forces one
+// (tests compare every path on the same machine). Kernels release the GIL and split a batch of
+// queries over n_threads std::threads. Shapes and types are checked here; the Python wrappers
+// (simsearch._simd_kernels) build the arguments.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels.h"
+
+namespace nb = nanobind;
+using namespace simsearch;
+
+namespace {
+
+enum class Isa { scalar, avx2, avx512 };
+
+bool cpu_has(Isa isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             cpu_has(Isa::avx2);
+  }
+  return false;
+}
+
+Isa best_isa() {
+  if (cpu_has(Isa::avx512)) return Isa::avx512;
+  if (cpu_has(Isa::avx2)) return Isa::avx2;
+  return Isa::scalar;
+}
+
+Isa g_isa = best_isa();
+
+const char* isa_name(Isa i) {
+  return i == Isa::avx512 ? "avx512" : i == Isa::avx2 ? "avx2" : "scalar";
+}
+
+template <class T>
+using In = nb::ndarray<const T, nb::c_contig, nb::device::cpu>;
+template <class T>
+using Out = nb::ndarray<T, nb::c_contig, nb::device::cpu>;
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw nb::value_error(what.c_str());
+}
+
+int resolve_threads(int n_threads, int64_t nq) {
+  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int t = n_threads == -1 ? hw : n_threads;
+  require(t >= 1 && t <= 1024, "n_threads must be -1 or in [1, 1024]");
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, nq)));
+}
+
+// run fn(lo, hi, worker) over [0, nq) in n contiguous blocks, the GIL released
+template <class F>
+void parallel_blocks(int64_t nq, int threads, F fn) {
+  nb::gil_scoped_release release;
+  if (threads <= 1) {
+    fn(0, nq, 0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(threads);
+  for (int w = 0; w < threads; ++w) {
+    int64_t lo = nq * w / threads, hi = nq * (w + 1) / threads;
+    pool.emplace_back([&, lo, hi, w] {
+      try { fn(lo, hi, w); } catch (...) { errors[w] = std::current_exception(); }
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+void fastscan(In<uint8_t> blocks, In<int64_t> list_blocks, In<int64_t> block_base,
+              In<uint8_t> block_count, In<int64_t> probes, In<uint8_t> luts,
+              In<float> lut_scale, In<float> lut_bias, In<float> norm_codebook,
+              Out<int64_t> out_pos, Out<float> out_scores, bool ordered, int n_threads) {
+  require(blocks.ndim() == 2 && blocks.shape(1) >= 64 && blocks.shape(1) % 32 == 0,
+          "blocks must be (n_blocks, 32 * n_pairs + 32) uint8");
+  const int64_t n_blocks = blocks.shape(0), n_pairs = blocks.shape(1) / 32 - 1;
+  require(list_blocks.ndim() == 1 && list_blocks.shape(0) >= 2, "list_blocks: (n_lists + 1,)");
+  const int64_t n_lists = list_blocks.shape(0) - 1;
+  require(list_blocks.data()[0] == 0 && list_blocks.data()[n_lists] == n_blocks,
+          "list_blocks must run from 0 to n_blocks");
+  for (int64_t l = 0; l < n_lists; ++l)
+    require(list_blocks.data()[l] <= list_blocks.data()[l + 1], "list_blocks must not decrease");
+  require(block_base.ndim() == 1 && block_base.shape(0) == static_cast<size_t>(n_blocks) &&
+              block_count.ndim() == 1 && block_count.shape(0) == static_cast<size_t>(n_blocks),
+          "block_base and block_count: (n_blocks,)");
+  for (int64_t b = 0; b < n_blocks; ++b)
+    require(block_count.data()[b] >= 1 && block_count.data()[b] <= 32, "block_count in [1, 32]");
+  require(luts.ndim() == 3 && luts.shape(1) == static_cast<size_t>(2 * n_pairs) && luts.shape(2) == 16,
+          "luts must be (nq, 2 * n_pairs, 16) uint8");
+  const int64_t nq = luts.shape(0);
+  require(lut_scale.ndim() == 1 && lut_scale.shape(0) == static_cast<size_t>(nq) &&
+              lut_bias.ndim() == 1 && lut_bias.shape(0) == static_cast<size_t>(nq),
+          "lut_scale and lut_bias: (nq,)");
+  require(norm_codebook.ndim() == 1 && norm_codebook.shape(0) == 16, "norm_codebook: (16,)");
+  require(out_pos.ndim() == 2 && out_pos.shape(0) == static_cast<size_t>(nq) &&
+              out_scores.ndim() == 2 && out_scores.shape(0) == static_cast<size_t>(nq) &&
+              out_pos.shape(1) == out_scores.shape(1) && out_pos.shape(1) >= 1,
+          "out_pos and out_scores: (nq, k), k >= 1");
+  const bool all = probes.ndim() != 2 || probes.shape(1) == 0;
+  require(all || probes.shape(0) == static_cast<size_t>(nq), "probes: (nq, n_probe)");
+  FastScanArgs a{blocks.data(), n_pairs, list_blocks.data(), n_lists, block_base.data(),
+                 block_count.data(), all ? nullptr : probes.data(),
+                 all ? 0 : static_cast<int64_t>(probes.shape(1)), luts.data(), lut_scale.data(),
+                 lut_bias.data(), norm_codebook.data(), static_cast<int64_t>(out_pos.shape(1)),
+                 ordered, out_pos.data(), out_scores.data()};
+  const Isa isa = g_isa;
+  parallel_blocks(nq, resolve_threads(n_threads, nq), [&](int64_t lo, int64_t hi, int) {
+    switch (isa) {
+      case Isa::avx512: avx512::fastscan(a, lo, hi); break;
+      case Isa::avx2: avx2::fastscan(a, lo, hi); break;
+      default: scalar::fastscan(a, lo, hi);
+    }
+  });
+}
+
+void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_t rerank,
+                  In<float> xb, In<uint8_t> codes, In<float> vmin, In<float> vstep,
+                  In<float> inv_norm, In<uint8_t> live, In<int32_t> a_links0,
+                  In<int32_t> a_degree0, In<int32_t> a_upper_links, In<int32_t> a_upper_degree,
+                  In<int64_t> a_upper_start, int64_t a_entry, int64_t a_max_level,
+                  In<int32_t> links, In<int32_t> degree, Out<int32_t> visited,
+                  Out<int32_t> tags, Out<int32_t> out_pos, Out<float> out_scores,
+                  Out<int64_t> out_ndis, int n_threads) {
+  require(Q.ndim() == 2 && xb.ndim() == 2 && Q.shape(1) == xb.shape(1), "Q (nq, d), xb (n, d)");
+  const int64_t nq = Q.shape(0), d = Q.shape(1), n = xb.shape(0);
+  require(n >= 1, "the graph is empty");
+  const bool use_codes = codes.ndim() == 2 && codes.shape(0) > 0;
+  if (use_codes)
+    require(codes.shape(0) == static_cast<size_t>(n) && codes.shape(1) == static_cast<size_t>(d) &&
+                vmin.ndim() == 1 && vmin.shape(0) == static_cast<size_t>(d) &&
+                vstep.ndim() == 1 && vstep.shape(0) == static_cast<size_t>(d),
+            "codes (n, d), vmin and vstep (d,)");
+  auto rows = [&](const auto& arr, size_t r) { return arr.ndim() >= 1 && arr.shape(0) >= r; };
+  require(rows(inv_norm, n) && rows(live, n) && rows(a_degree0, n) && rows(a_upper_start, n) &&
+              rows(degree, n) && a_links0.ndim() == 2 && rows(a_links0, n) &&
+              links.ndim() == 2 && rows(links, n) && a_upper_links.ndim() == 2 &&
+              a_upper_degree.ndim() == 1 && a_upper_degree.shape(0) == a_upper_links.shape(0),
+          "graph arrays do not match the items");
+  require(a_entry >= 0 && a_entry < n, "entry point out of range");
+  require(k >= 1 && ef >= 1 && angular_ef >= 1 && rerank >= 0, "k, ef, angular_ef >= 1");
+  const int threads = resolve_threads(n_threads, nq);
+  require(visited.ndim() == 2 && visited.shape(0) >= static_cast<size_t>(threads) &&
+              visited.shape(1) >= static_cast<size_t>(n) && tags.ndim() == 1 &&
+              tags.shape(0) >= static_cast<size_t>(threads),
+          "visited (threads, n) and tags (threads,)");
+  require(out_pos.ndim() == 2 && out_pos.shape(0) == static_cast<size_t>(nq) &&
+              out_pos.shape(1) == static_cast<size_t>(k) && out_scores.ndim() == 2 &&
+              out_scores.shape(0) == static_cast<size_t>(nq) &&
+              out_scores.shape(1) == static_cast<size_t>(k) && out_ndis.ndim() == 2 &&
+              out_ndis.shape(0) == static_cast<size_t>(nq) && out_ndis.shape(1) == 2,
+          "out_pos, out_scores (nq, k), out_ndis (nq, 2)");
+  GraphArgs a{};
+  a.Q = Q.data(); a.d = d; a.k = k; a.ef = ef; a.angular_ef = angular_ef; a.rerank = rerank;
+  a.n = n; a.xb = xb.data(); a.codes = use_codes ? codes.data() : nullptr;
+  a.vmin = use_codes ? vmin.data() : nullptr; a.vstep = use_codes ? vstep.data() : nullptr;
+  a.inv_norm = inv_norm.data(); a.live = live.data();
+  a.a_links0 = a_links0.data(); a.a_width0 = a_links0.shape(1); a.a_degree0 = a_degree0.data();
+  a.a_upper_links = a_upper_links.data(); a.a_width1 = a_upper_links.shape(1);
+  a.a_upper_degree = a_upper_degree.data(); a.a_upper_start = a_upper_start.data();
+  a.a_entry = a_entry; a.a_max_level = a_max_level;
+  a.links = links.data(); a.width = links.shape(1); a.degree = degree.data();
+  a.out_pos = out_pos.data(); a.out_scores = out_scores.data(); a.out_ndis = out_ndis.data();
+  const int64_t vstride = visited.shape(1);
+  const Isa isa = g_isa;
+  parallel_blocks(nq, threads, [&](int64_t lo, int64_t hi, int w) {
+    int32_t* vis = visited.data() + w * vstride;
+    int32_t* tag = tags.data() + w;
+    switch (isa) {
+      case Isa::avx512: avx512::graph_search(a, lo, hi, vis, tag); break;
+      case Isa::avx2: avx2::graph_search(a, lo, hi, vis, tag); break;
+      default: scalar::graph_search(a, lo, hi, vis, tag);
+    }
+  });
+}
+
+}  // namespace
+
+NB_MODULE(_simd, m) {
+  m.doc() = "simsearch's compiled SIMD kernels (docs/kernels.md)";
+  m.def("isa", [] { return std::string(isa_name(g_isa)); },
+        "The instruction set the kernels use now: 'avx512', 'avx2' or 'scalar'.");
+  m.def("supported", [] {
+    std::vector<std::string> out;
+    for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+      if (cpu_has(i)) out.emplace_back(isa_name(i));
+    return out;
+  }, "The instruction sets this CPU can run.");
+  m.def("set_isa", [](const std::string& name) {
+    Isa want = name == "avx512" ? Isa::avx512 : name == "avx2" ? Isa::avx2 : Isa::scalar;
+    if (name != "avx512" && name != "avx2" && name != "scalar" && name != "auto")
+      throw nb::value_error(("isa must be 'auto', 'avx512', 'avx2' or 'scalar'; got '" + name + "'").c_str());
+    if (name == "auto") want = best_isa();
+    if (!cpu_has(want))
+      throw nb::value_error(("this CPU cannot run the '" + name + "' kernels").c_str());
+    std::string prev = isa_name(g_isa);
+    g_isa = want;
+    return prev;
+  }, nb::arg("name"), "Force an instruction set ('auto' for the best); returns the previous.");
+  m.def("fastscan", &fastscan, nb::arg("blocks"), nb::arg("list_blocks"), nb::arg("block_base"),
+        nb::arg("block_count"), nb::arg("probes"), nb::arg("luts"), nb::arg("lut_scale"),
+        nb::arg("lut_bias"), nb::arg("norm_codebook"), nb::arg("out_pos"), nb::arg("out_scores"),
+        nb::arg("ordered"), nb::arg("n_threads"));
+  m.def("graph_search", &graph_search);
+  m.def("dot", [](In<float> x, In<float> y) {
+    require(x.ndim() == 1 && y.ndim() == 1 && x.shape(0) == y.shape(0), "two (d,) vectors");
+    switch (g_isa) {
+      case Isa::avx512: return avx512::dot(x.data(), y.data(), x.shape(0));
+      case Isa::avx2: return avx2::dot(x.data(), y.data(), x.shape(0));
+      default: return scalar::dot(x.data(), y.data(), x.shape(0));
+    }
+  });
+}
