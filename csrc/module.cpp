@@ -137,24 +137,25 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
                   In<int32_t> a_degree0, In<int32_t> a_upper_links, In<int32_t> a_upper_degree,
                   In<int64_t> a_upper_start, int64_t a_entry, int64_t a_max_level,
                   In<int32_t> links, In<int32_t> degree, Out<int32_t> visited,
-                  Out<int32_t> tags, Out<int32_t> out_pos, Out<float> out_scores,
+                  Out<int64_t> tags, Out<int32_t> out_pos, Out<float> out_scores,
                   Out<int64_t> out_ndis, int n_threads) {
   require(Q.ndim() == 2 && xb.ndim() == 2 && Q.shape(1) == xb.shape(1), "Q (nq, d), xb (n, d)");
   const int64_t nq = Q.shape(0), d = Q.shape(1), n = xb.shape(0);
   require(n >= 1, "the graph is empty");
-  const bool use_codes = codes.ndim() == 2 && codes.shape(0) > 0;
+  const bool use_codes = codes.ndim() == 2 && codes.shape(1) > 0;
   if (use_codes)
     require(codes.shape(0) == static_cast<size_t>(n) && codes.shape(1) == static_cast<size_t>(d) &&
                 vmin.ndim() == 1 && vmin.shape(0) == static_cast<size_t>(d) &&
                 vstep.ndim() == 1 && vstep.shape(0) == static_cast<size_t>(d),
             "codes (n, d), vmin and vstep (d,)");
   auto rows = [&](const auto& arr, size_t r) { return arr.ndim() >= 1 && arr.shape(0) >= r; };
-  require(rows(inv_norm, n) && rows(live, n) && rows(a_degree0, n) && rows(a_upper_start, n) &&
-              rows(degree, n) && a_links0.ndim() == 2 && rows(a_links0, n) &&
-              links.ndim() == 2 && rows(links, n) && a_upper_links.ndim() == 2 &&
+  const size_t na = a_links0.ndim() == 2 ? a_links0.shape(0) : 0;  // nodes of the angular graph
+  require(rows(inv_norm, n) && rows(live, n) && rows(degree, n) && links.ndim() == 2 &&
+              rows(links, n) && na >= 1 && na <= static_cast<size_t>(n) &&
+              rows(a_degree0, na) && rows(a_upper_start, na) && a_upper_links.ndim() == 2 &&
               a_upper_degree.ndim() == 1 && a_upper_degree.shape(0) == a_upper_links.shape(0),
           "graph arrays do not match the items");
-  require(a_entry >= 0 && a_entry < n, "entry point out of range");
+  require(a_entry >= 0 && static_cast<size_t>(a_entry) < na, "entry point out of range");
   require(k >= 1 && ef >= 1 && angular_ef >= 1 && rerank >= 0, "k, ef, angular_ef >= 1");
   const int threads = resolve_threads(n_threads, nq);
   require(visited.ndim() == 2 && visited.shape(0) >= static_cast<size_t>(threads) &&
@@ -182,12 +183,13 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   const Isa isa = g_isa;
   parallel_blocks(nq, threads, [&](int64_t lo, int64_t hi, int w) {
     int32_t* vis = visited.data() + w * vstride;
-    int32_t* tag = tags.data() + w;
+    int32_t tag = static_cast<int32_t>(tags.data()[w]);
     switch (isa) {
-      case Isa::avx512: avx512::graph_search(a, lo, hi, vis, tag); break;
-      case Isa::avx2: avx2::graph_search(a, lo, hi, vis, tag); break;
-      default: scalar::graph_search(a, lo, hi, vis, tag);
+      case Isa::avx512: avx512::graph_search(a, lo, hi, vis, &tag); break;
+      case Isa::avx2: avx2::graph_search(a, lo, hi, vis, &tag); break;
+      default: scalar::graph_search(a, lo, hi, vis, &tag);
     }
+    tags.data()[w] = tag;
   });
 }
 

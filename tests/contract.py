@@ -94,6 +94,25 @@ CASES = [
         min_recall=0.95,
     ),  # observed 1.0 (0.87 from the 30-bit scan alone)
     Case(
+        "ipnsw-plus-sq8",  # the compiled walk on 8-bit codes, beam re-ranked exactly
+        lambda d, m, x: ss.create_index("ipnsw-plus", d, m, M=16, n_threads=1, progress=False,
+                                        sq8=True),
+        metrics=("ip",),
+        search_kw={"ef": 64},
+        min_recall=0.97,
+    ),
+    Case(
+        "neq-fast-scan",  # 4-bit codes in the compiled fast-scan, coarse lists, re-ranked
+        lambda d, m, x: (
+            (i := ss.create_index("neq", d, m, base="pq", n_codebooks=9, nbits=4, n_lists=8,
+                                  keep_vectors=True, fast_scan=True, progress=False)).train(x)
+            or i
+        ),
+        metrics=("ip",),
+        search_kw={"rerank": 100},
+        min_recall=0.97,
+    ),
+    Case(
         "pyramid",
         lambda d, m, x: (
             (

@@ -16,6 +16,7 @@ from typing import Any
 import hnswlib
 import numpy as np
 
+from .. import _simd
 from ..errors import InvalidParameterError
 from ..filters import BeamFilterHooks
 from ..index import Index, SearchResult, check_int, register
@@ -127,6 +128,11 @@ def extract_hnswlib_graph(h: hnswlib.Index) -> dict[str, Any]:
     }
 
 
+def sq8_encode(x: np.ndarray, vmin: np.ndarray, vstep: np.ndarray) -> np.ndarray:
+    """8-bit codes of rows of x, x ~ vmin + vstep * code per dimension."""
+    return np.clip(np.rint((x - vmin) / vstep), 0, 255).astype(np.uint8)
+
+
 class _VisitedPool:
     """Reusable visited arrays (one row per thread), so a search allocates nothing of size n
     and concurrent searches never share one."""
@@ -175,19 +181,24 @@ class IPNSWPlus(BeamFilterHooks, Index):
     n_threads : threads used by add() (-1: all). With more than one thread hnswlib's angular
         graph, and so the index, may differ between runs.
     progress : show a tqdm bar while adding.
+    sq8 : also keep 8-bit scalar-quantized copies of the vectors (per-dimension range, one byte
+        a value) and walk both graphs on them; the beam's best ``rerank`` are then re-scored
+        exactly. A quarter of the bytes read per distance (docs/kernels.md).
 
     Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
     k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
-    ``n_threads`` (default 1; -1 for all cores on a large batch) and ``stats`` (a dict to fill
-    with the batch's distance computations: "angular", "ip" and "distances", their sum).
-    A batch of queries runs in one compiled call.
+    ``n_threads`` (default 1; -1 for all cores on a large batch), ``rerank`` (with sq8: beam
+    entries re-scored exactly, default ef) and ``stats`` (a dict to fill with the batch's
+    distance computations: "angular", "ip" and "distances", their sum). A batch of queries runs
+    in one call of the compiled kernel (simsearch._simd.graph_search; the numba kernel
+    graph._kernels.query_block is its reference).
 
     Searches may run concurrently; writes (add, remove, save) are serialized. remove() marks
     items deleted: they still route searches but are never returned.
     """
 
     metrics = ("ip",)
-    search_params = frozenset({"ef", "angular_ef", "n_threads", "stats"})
+    search_params = frozenset({"ef", "angular_ef", "n_threads", "stats", "rerank"})
 
     def __init__(
         self,
@@ -202,6 +213,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         seed: int = 0,
         n_threads: int = -1,
         progress: bool = True,
+        sq8: bool = False,
     ):
         M = check_int("M", M, 1, 1024)
         angular_M = check_int("angular_M", angular_M, 2, 1024)
@@ -215,13 +227,20 @@ class IPNSWPlus(BeamFilterHooks, Index):
         n_threads = check_int("n_threads", n_threads, -1, 1024)
         if n_threads == 0:
             n_threads = -1
+        if not isinstance(sq8, bool):
+            raise InvalidParameterError(f"sq8 must be a bool; got {sq8!r}")
         super().__init__(
             dim, metric, M=M, angular_M=angular_M, ef_construction=ef_construction,
             angular_ef_construction=angular_ef_construction, n_build_seeds=n_build_seeds,
             insert_batch=insert_batch, seed=seed, n_threads=n_threads, progress=bool(progress),
+            sq8=sq8,
         )  # fmt: skip
         self._n = 0
         self._xb = np.empty((0, dim), np.float32)
+        # with sq8: codes (rows as _xb) of x ~ vmin + vstep * code
+        self._codes = np.empty((0, dim if sq8 else 0), np.uint8)
+        self._vmin = np.zeros(dim, np.float32)
+        self._vstep = np.zeros(dim, np.float32)
         self._inv_norm = np.empty(0, np.float32)
         self._pos_ids = np.empty(0, np.int64)  # position -> external id
         self._live = np.empty(0, np.bool_)
@@ -250,6 +269,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         n, width = self._n, self._links.shape[1]
         for name, shape, dt, fill in (
             ("_xb", (cap, self.dim), np.float32, 0),
+            ("_codes", (cap, self._codes.shape[1]), np.uint8, 0),
             ("_inv_norm", (cap,), np.float32, 0),
             ("_pos_ids", (cap,), np.int64, -1),
             ("_live", (cap,), np.bool_, False),
@@ -302,6 +322,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
                 bar.update(end - pos)
                 pos = end
         self._pos_ids[n0 : n0 + m] = ids
+        if self._params["sq8"]:
+            self._encode_sq8(n0, n0 + m)
         self._live[n0 : n0 + m] = True
         self._agraph = extract_hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
@@ -309,6 +331,24 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self.build_seconds += dt
         log.info("ip-NSW+ added %d items in %.2f s (%.0f ip distances per item), %.1f MB",
                  m, dt, ndis / max(m, 1), self.memory_bytes() / 2**20)  # fmt: skip
+
+    def _encode_sq8(self, start: int, stop: int) -> None:
+        """Codes for positions start..stop-1; when they widen a dimension's range every code is
+        re-encoded (values are never clipped)."""
+        new = self._xb[start:stop]
+        lo, hi = new.min(axis=0), new.max(axis=0)
+        if start:
+            old_lo, old_hi = self._vmin, self._vmin + 255.0 * self._vstep
+            if np.all(lo >= old_lo) and np.all(hi <= old_hi):
+                self._codes[start:stop] = sq8_encode(new, self._vmin, self._vstep)
+                return
+            lo, hi = np.minimum(lo, old_lo), np.maximum(hi, old_hi)
+        vstep = np.maximum(hi - lo, 1e-30).astype(np.float32) / np.float32(255.0)
+        codes = sq8_encode(self._xb[:stop], lo.astype(np.float32), vstep)
+        # searches in flight read (codes, vmin, vstep) together: publish a new array
+        new_codes = self._codes.copy()
+        new_codes[:stop] = codes
+        self._codes, self._vmin, self._vstep = new_codes, lo.astype(np.float32), vstep
 
     def _angular_neighbours(self, x: np.ndarray, k: int, threads: int) -> np.ndarray:
         """Positions int32 (n, k) of x's angular neighbours (-1 padding). hnswlib raises when
@@ -350,8 +390,10 @@ class IPNSWPlus(BeamFilterHooks, Index):
         angular_ef: int = 1,
         n_threads: int = 1,
         stats: dict | None = None,
+        rerank: int | None = None,
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
+        rerank = ef if rerank is None else check_int("rerank", rerank, 0, 1 << 20)
         ef = min(ef, max(len(self), k))  # a beam wider than the graph finds nothing more
         angular_ef = check_int("angular_ef", angular_ef, 1, 1 << 16)
         n_threads = check_int("n_threads", n_threads, -1, 1024)
@@ -363,21 +405,19 @@ class IPNSWPlus(BeamFilterHooks, Index):
         # links first: _grow publishes them last, so the vectors read next are as new
         links, degree = self._links, self._degree
         g, nq = self._agraph, q.shape[0]
+        codes, vmin, vstep = self._codes, self._vmin, self._vstep
         xb, inv_norm, live = self._xb, self._inv_norm, self._live
+        n = min(len(links), len(xb), len(codes) if codes.shape[1] else len(xb))
         pos = np.empty((nq, k), np.int32)
         scores = np.empty((nq, k), np.float32)
         ndis = np.zeros((nq, 2), np.int64)
-        vis, tags = item = self._pool.acquire(threads, links.shape[0])
-
-        def block(lo: int, hi: int, b: int) -> None:
-            tags[b] = K.query_block(lo, hi, q, k, ef, angular_ef, xb, inv_norm, live,
-                                    g["links0"], g["degree0"], g["upper_links"],
-                                    g["upper_degree"], g["upper_start"], g["entry"],
-                                    g["max_level"], links, degree, vis[b], tags[b], pos, scores,
-                                    ndis)  # fmt: skip
-
+        vis, tags = item = self._pool.acquire(threads, n)
         try:
-            run_blocks(block, nq, threads)
+            _simd.graph_search(q, k, ef, angular_ef, rerank, xb[:n], codes[:n], vmin, vstep,
+                               inv_norm, live.view(np.uint8), g["links0"], g["degree0"],
+                               g["upper_links"], g["upper_degree"], g["upper_start"], g["entry"],
+                               g["max_level"], links[:n], degree[:n], vis, tags, pos, scores,
+                               ndis, threads)  # fmt: skip
         finally:
             self._pool.release(item)
         ids = np.where(pos >= 0, self._pos_ids[np.maximum(pos, 0)], -1)
@@ -443,6 +483,9 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._pos_ids = np.array(arrays["pos_ids"], np.int64)
         self._live = np.array(arrays["live"], np.bool_)
         self._link_scores = None
+        self._codes = np.zeros((n, self.dim if self._params["sq8"] else 0), np.uint8)
+        if self._params["sq8"] and n:
+            self._encode_sq8(0, n)
         self._n = n
         self._agraph = extract_hnswlib_graph(h)
         self._pool = _VisitedPool()

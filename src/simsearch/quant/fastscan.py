@@ -67,7 +67,7 @@ def pack(codes: np.ndarray, norm_codes: np.ndarray, offsets: np.ndarray) -> Bloc
     out[:, :n_pairs, 0::2] = val[:, :16].transpose(0, 2, 1)
     out[:, :n_pairs, 1::2] = val[:, 16:].transpose(0, 2, 1)
     out[:, n_pairs] = np.where(valid, norm_codes[slot] if n else 0, 0)
-    return Blocks(out.reshape(nb, -1), list_blocks, block_base, block_count)
+    return Blocks(out.reshape(nb, (n_pairs + 1) * BLOCK), list_blocks, block_base, block_count)
 
 
 def unpack(b: Blocks, n: int, n_codes: int) -> np.ndarray:

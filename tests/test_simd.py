@@ -1,0 +1,166 @@
+"""The compiled kernels (simsearch._simd, csrc/) against their numba references, on every
+instruction set this CPU runs (simsearch.simd.use_isa forces each path on the same machine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+from simsearch import simd
+from simsearch.errors import InvalidParameterError
+from simsearch.graph import _kernels as GK
+from simsearch.quant import fastscan as FS
+
+ISAS = simd.supported()
+
+
+def assert_same_topk(ids, scores, ref_ids, ref_scores, rtol=1e-5):
+    """Scores equal within float tolerance, row by row; ids equal except among ties (items
+    whose score is within tolerance of the row's last kept score may be swapped)."""
+    np.testing.assert_allclose(scores, ref_scores, rtol=rtol, atol=1e-5)
+    for i, ri, s, rs in zip(ids, ref_ids, scores, ref_scores, strict=True):
+        last = rs[np.isfinite(rs)].min(initial=np.inf)
+        tol = 1e-5 + rtol * abs(last)
+        sure = rs > last + tol
+        assert set(ri[sure]) <= set(i), "an item clearly in the top k is missing"
+        assert (i == -1).sum() == (ri == -1).sum()
+
+
+def random_blocks(rng, n=3000, md=15, n_lists=13, empty=(3,)):
+    codes = rng.integers(0, 16, (n, md), dtype=np.uint8)
+    norm_codes = rng.integers(0, 16, n, dtype=np.uint8)
+    lists = rng.integers(0, n_lists, n)
+    for e in empty:
+        lists[lists == e] = 0
+    counts = np.bincount(np.sort(lists), minlength=n_lists)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return codes, norm_codes, offsets
+
+
+@pytest.mark.parametrize("md", [1, 2, 15, 16])
+def test_pack_round_trip(md):
+    rng = np.random.default_rng(md)
+    codes, norm_codes, offsets = random_blocks(rng, n=1000, md=md)
+    b = FS.pack(codes, norm_codes, offsets)
+    assert b.n_pairs == (md + 1) // 2
+    assert np.array_equal(FS.unpack(b, len(codes), md), codes)
+    assert int(b.block_count.astype(np.int64).sum()) == len(codes)
+    empty = FS.pack(codes[:0], norm_codes[:0], np.zeros(4, np.int64))
+    assert empty.blocks.shape[0] == 0 and np.array_equal(empty.list_blocks, np.zeros(4))
+
+
+def test_quantized_tables_bound_the_error():
+    rng = np.random.default_rng(1)
+    lut = rng.normal(size=(20, 7, 16)).astype(np.float32)
+    q8, scale, bias = FS.quantize_luts(lut, 4)
+    assert q8.shape == (20, 8, 16) and not q8[:, 7].any()  # the missing 8th table is zero
+    codes = rng.integers(0, 16, (500, 7))
+    exact = lut[:, np.arange(7), codes].sum(-1)  # (20, 500)
+    approx = scale[:, None] * q8[:, np.arange(7), codes].astype(np.float32).sum(-1) + bias[:, None]
+    assert np.all(np.abs(exact - approx) <= 7 * scale[:, None] / 2 + 1e-4)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("k", [1, 10, 100])
+@pytest.mark.parametrize("probed", [False, True])
+def test_fastscan_equals_reference(isa, k, probed):
+    rng = np.random.default_rng(k)
+    codes, norm_codes, offsets = random_blocks(rng)
+    b = FS.pack(codes, norm_codes, offsets)
+    lut = rng.normal(size=(40, codes.shape[1], 16)).astype(np.float32)
+    q8, scale, bias = FS.quantize_luts(lut, b.n_pairs)
+    cb = np.sort(rng.uniform(0.2, 3.0, 16)).astype(np.float32)
+    probes = rng.integers(-1, 13, (40, 4)) if probed else None
+    ref = FS.scan(b, q8, scale, bias, cb, k, probes, True, reference=True)
+    with simd.use_isa(isa):
+        got = FS.scan(b, q8, scale, bias, cb, k, probes, True)
+        unordered = FS.scan(b, q8, scale, bias, cb, k, probes, False, n_threads=2)
+    assert_same_topk(*got, *ref)
+    order = np.argsort(-unordered[1], axis=1, kind="stable")
+    assert_same_topk(np.take_along_axis(unordered[0], order, 1),
+                     np.take_along_axis(unordered[1], order, 1), *ref)
+
+
+def test_fastscan_estimates_the_float_scan():
+    """The 8-bit tables' estimate stays within the rounding bound of the float estimate."""
+    rng = np.random.default_rng(3)
+    codes, norm_codes, offsets = random_blocks(rng, n=2000, md=8, n_lists=1, empty=())
+    b = FS.pack(codes, norm_codes, offsets)
+    lut = rng.normal(size=(5, 8, 16)).astype(np.float32)
+    cb = np.sort(rng.uniform(0.5, 2.0, 16)).astype(np.float32)
+    q8, scale, bias = FS.quantize_luts(lut, b.n_pairs)
+    pos, est = FS.scan(b, q8, scale, bias, cb, 2000, None, True)
+    exact = cb[norm_codes[pos]] * lut[np.arange(5)[:, None, None], np.arange(8),
+                                      codes[pos]].sum(-1)  # fmt: skip
+    assert np.all(np.abs(est - exact) <= cb.max() * (8 * scale[:, None] / 2 + 1e-4))
+
+
+def test_isa_switch_rejects_bad_names():
+    with pytest.raises(InvalidParameterError, match="isa must be one of"):
+        simd.set_isa("sse9")
+    before = simd.isa()
+    with simd.use_isa("scalar"):
+        assert simd.isa() == "scalar"
+    assert simd.isa() == before
+
+
+@pytest.fixture(scope="module")
+def graph_data():
+    rng = np.random.default_rng(7)
+    x = (rng.normal(size=(3000, 37)) * rng.lognormal(0, 0.5, (3000, 1))).astype(np.float32)
+    q = rng.normal(size=(60, 37)).astype(np.float32)
+    return x, q
+
+
+def numba_search(idx, q, k, ef):
+    """ip-NSW+'s search through the numba kernel (the reference)."""
+    g, n = idx._agraph, idx._links.shape[0]
+    pos = np.empty((len(q), k), np.int32)
+    sc = np.empty((len(q), k), np.float32)
+    nd = np.zeros((len(q), 2), np.int64)
+    GK.query_block(0, len(q), q, k, ef, 1, idx._xb, idx._inv_norm, idx._live, g["links0"],
+                   g["degree0"], g["upper_links"], g["upper_degree"], g["upper_start"],
+                   g["entry"], g["max_level"], idx._links, idx._degree, np.zeros(n, np.int32),
+                   0, pos, sc, nd)  # fmt: skip
+    return np.where(pos >= 0, idx._pos_ids[np.maximum(pos, 0)], -1), sc, nd
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_graph_walk_equals_numba(isa, graph_data):
+    x, q = graph_data
+    idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, n_threads=1, progress=False)
+    idx.add(x)
+    ref_ids, ref_s, ref_nd = numba_search(idx, q, 10, 40)
+    stats: dict = {}
+    with simd.use_isa(isa):
+        r = idx.search(q, 10, ef=40, stats=stats)
+    assert_same_topk(r.ids, r.scores, ref_ids, ref_s)
+    # the same walk: the same number of distance computations
+    assert stats["distances"] == int(ref_nd.sum())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_sq8_walk_reranks_exactly(isa, graph_data):
+    x, q = graph_data
+    idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, n_threads=1, progress=False,
+                          sq8=True)
+    idx.add(x[:2000])
+    idx.add(x[2000:] * 3)  # a wider range re-encodes every code
+    xs = np.concatenate([x[:2000], x[2000:] * 3])
+    with simd.use_isa(isa):
+        r = idx.search(q, 10, ef=64, n_threads=2)
+    np.testing.assert_allclose(r.scores, np.take_along_axis(q @ xs.T, r.ids, 1), rtol=1e-4,
+                               atol=1e-4)  # fmt: skip
+    exact = np.argsort(-(q @ xs.T), axis=1)[:, :10]
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(r.ids, exact, strict=True)])
+    assert recall >= 0.97  # observed 0.995
+
+
+def test_sq8_codes_cover_every_value(graph_data):
+    x, _ = graph_data
+    idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, progress=False, sq8=True)
+    idx.add(x)
+    n = len(x)
+    dec = idx._vmin + idx._vstep * idx._codes[:n].astype(np.float32)
+    assert np.all(np.abs(dec - x) <= idx._vstep / 2 + 1e-6)
