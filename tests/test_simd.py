@@ -19,7 +19,7 @@ def assert_same_topk(ids, scores, ref_ids, ref_scores, rtol=1e-5):
     """Scores equal within float tolerance, row by row; ids equal except among ties (items
     whose score is within tolerance of the row's last kept score may be swapped)."""
     np.testing.assert_allclose(scores, ref_scores, rtol=rtol, atol=1e-5)
-    for i, ri, s, rs in zip(ids, ref_ids, scores, ref_scores, strict=True):
+    for i, ri, rs in zip(ids, ref_ids, ref_scores, strict=True):
         last = rs[np.isfinite(rs)].min(initial=np.inf)
         tol = 1e-5 + rtol * abs(last)
         sure = rs > last + tol

@@ -65,6 +65,13 @@ def _neq_build(dim: int, n: int) -> dict:
             "n_lists": max(1, int(math.sqrt(n))), "keep_vectors": True, "progress": False}
 
 
+def _neq_fast_build(dim: int, n: int) -> dict:
+    """NEQ with 4-bit codes (a code per 4 dimensions) in the compiled fast-scan, sqrt(n) lists
+    ranked by the norm-aware bound, exact re-rank (docs/kernels.md)."""
+    return {"base": "pq", "n_codebooks": max(2, dim // 4 + 1), "nbits": 4, "fast_scan": True,
+            "n_lists": max(1, int(math.sqrt(n))), "keep_vectors": True, "progress": False}
+
+
 def _norm_ivf_build(dim: int, n: int) -> dict:
     """sqrt(n) lists of directions, each scanned by decreasing norm (docs/benchmarks.md)."""
     return {"n_lists": max(1, int(math.sqrt(n)))}
@@ -89,6 +96,10 @@ CANDIDATES = {
                         "linear", ("ip",), bytes_per_item=16),
     "neq": Candidate("neq", _neq_build, "n_probe", _PROBES, "sqrt", ("ip",), bytes_per_item=24,
                      fixed={"rerank": 100}),
+    "neq-fast-scan": Candidate("neq", _neq_fast_build, "n_probe", _PROBES, "sqrt", ("ip",),
+                               bytes_per_item=24, fixed={"rerank": 50}),
+    "ipnsw-plus-sq8": Candidate("ipnsw-plus", {"M": 16, "progress": False, "sq8": True}, "ef",
+                                _EFS, "log", ("ip",), bytes_per_item=650),
 }
 
 
@@ -106,13 +117,30 @@ def _knob_value(c: Candidate, v: Any, n: int) -> Any:
     return v
 
 
+# The promise is about the queries that come next, not the sample: a knob is accepted when a
+# one-sided 99% prediction bound for the mean recall of _FUTURE new queries reaches the target.
+# A bound on the sample's own mean (1.645 sigma / sqrt(n), used before) fell short on held-out
+# queries (0.888 for 0.9 on ml100k-svd): the knob is the smallest that passes, so it sits where
+# the sample's noise happened to favour it (docs/benchmarks.md, "auto_index keeps its target").
+_PROMISE_Z = 2.326
+_FUTURE = 1000
+
+
 def _recall(ids: np.ndarray, truth: np.ndarray) -> float:
-    """A one-sided 95% lower bound of the mean recall@k over the queries: a knob tuned on a few
-    hundred queries must hold on the next ones too, not only on average over these."""
+    """The lower prediction bound of the mean recall@k of new queries from these queries'
+    per-query recalls: mean - z sigma sqrt(1/n + 1/_FUTURE)."""
     k = truth.shape[1]
     hits = [len(set(a[a >= 0]) & set(b)) for a, b in zip(ids, truth, strict=True)]
     per_query = np.array(hits, np.float64) / k
-    return float(per_query.mean() - 1.645 * per_query.std() / np.sqrt(max(len(per_query), 1)))
+    n = max(len(per_query), 1)
+    sigma = per_query.std(ddof=1 if n > 1 else 0)
+    return float(per_query.mean() - _PROMISE_Z * sigma * math.sqrt(1 / n + 1 / _FUTURE))
+
+
+def _mean_recall(ids: np.ndarray, truth: np.ndarray) -> float:
+    k = truth.shape[1]
+    return float(np.mean([len(set(a[a >= 0]) & set(b)) / k
+                          for a, b in zip(ids, truth, strict=True)]))
 
 
 def _per_query_seconds(idx: Index, q: np.ndarray, k: int, params: dict) -> float:
@@ -186,10 +214,12 @@ class AutoIndex(Index):
         self._defaults: dict = {}
         self.report = "nothing chosen yet: the first add() measures the candidates"
         self._queries: np.ndarray | None = None  # the caller's sample queries, if any
+        self._chosen: str | None = None
 
     @property
     def chosen(self) -> str | None:
-        return None if self._inner is None else self._inner.kind
+        """The chosen candidate's name (a key of CANDIDATES), None before the first add."""
+        return None if self._inner is None else self._chosen
 
     # -- choosing ---------------------------------------------------------------------------
 
@@ -284,12 +314,16 @@ class AutoIndex(Index):
             sec = _per_query_seconds(inner, q_eval, min(k, m), params) \
                 if len(finalists) > 1 else r[4]
             knob = "exact" if c.knob is None else f"{c.knob}={defaults[c.knob]}"
-            lines.append(f"on all {n} items: {r[0]} tuned to {knob} (held-out recall, 95% lower "
-                         f"bound: {rec:.3f}), {sec * 1e6:.1f} us/query")
+            mean = _mean_recall(inner.search(q_eval, min(k, m), **params).ids, truth_full)
+            lines.append(f"on all {n} items: {r[0]} tuned to {knob} (recall on the sample "
+                         f"queries {mean:.3f}; 99% prediction bound for new queries {rec:.3f}: "
+                         f"the promise costs {mean - target:+.3f} of recall over the target), "
+                         f"{sec * 1e6:.1f} us/query")
             if best is None or sec < best[0]:
                 best = (sec, r[0], inner, defaults)
         _, name, inner, defaults = best
         c = CANDIDATES[name]
+        self._chosen = name
         why = "the lowest measured cost at full size" if len(finalists) > 1 else \
             "the lowest estimated cost at the target"
         lines.append(f"chose {name}: {why}")
@@ -364,7 +398,7 @@ class AutoIndex(Index):
         return inner.search(q, k, allow=allow, deny=deny, **{**defaults, **params})
 
     def _get_state(self):
-        meta = {"defaults": self._defaults, "report": self.report}
+        meta = {"defaults": self._defaults, "report": self.report, "chosen": self._chosen}
         if self._inner is None:
             return meta, {}
         fd, tmp = tempfile.mkstemp(suffix=".idx")
@@ -378,6 +412,7 @@ class AutoIndex(Index):
 
     def _set_state(self, meta, arrays):
         self._defaults, self.report = dict(meta["defaults"]), meta["report"]
+        self._chosen = meta.get("chosen")
         if "inner" in arrays:
             fd, tmp = tempfile.mkstemp(suffix=".idx")
             os.close(fd)
@@ -386,6 +421,8 @@ class AutoIndex(Index):
                 self._inner = load(tmp)
             finally:
                 os.unlink(tmp)
+            if self._chosen is None:  # a file from before candidates had their own names
+                self._chosen = self._inner.kind
 
 
 def c_knob(name: str) -> str:

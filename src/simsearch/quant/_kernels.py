@@ -345,17 +345,17 @@ def fastscan_reference(blocks, list_blocks, block_base, block_count, probes, lut
     for q in range(nq):
         lists = probes[q] if probes.shape[1] else np.arange(n_lists)
         total = 0
-        for l in lists:
-            if 0 <= l < n_lists:
-                for b in range(list_blocks[l], list_blocks[l + 1]):
+        for li in lists:
+            if 0 <= li < n_lists:
+                for b in range(list_blocks[li], list_blocks[li + 1]):
                     total += block_count[b]
         sc = np.empty(total, np.float32)
         ps = np.empty(total, np.int64)
         t = 0
-        for l in lists:
-            if not 0 <= l < n_lists:
+        for li in lists:
+            if not 0 <= li < n_lists:
                 continue
-            for b in range(list_blocks[l], list_blocks[l + 1]):
+            for b in range(list_blocks[li], list_blocks[li + 1]):
                 blk = blocks[b]
                 for i in range(block_count[b]):
                     j = 2 * i if i < 16 else 2 * (i - 16) + 1
