@@ -55,11 +55,23 @@ struct GraphArgs {
   int64_t* out_ndis;    // (nq, 2): angular, inner-product distance computations
 };
 
+// Exact re-rank: the best k of each row's candidate positions by q . xb[pos] (-1 skipped).
+struct RerankArgs {
+  const int64_t* cand;  // (nq, r)
+  int64_t r;
+  const float* xb;      // (n, d)
+  const float* Q;       // (nq, d)
+  int64_t d, k;
+  int64_t* out_pos;     // (nq, k), best first, -1 padding
+  float* out_scores;    // (nq, k)
+};
+
 #define SIMSEARCH_DECLARE(NS)                                                                \
   namespace NS {                                                                             \
   void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi);                          \
   void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visited,        \
                     int32_t* tag);                                                           \
+  void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi);                             \
   float dot(const float* a, const float* b, int64_t d);                                      \
   }
 

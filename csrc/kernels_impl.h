@@ -306,6 +306,29 @@ float dot(const float* x, const float* y, int64_t d) {
 #endif
 }
 
+void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi) {
+  TopK top(a.k);
+  const int64_t lines = (a.d * 4 + 63) / 64, ahead = std::max<int64_t>(2, 32 / lines);
+  auto fetch = [&](int64_t p) {
+    const char* row = reinterpret_cast<const char*>(a.xb + p * a.d);
+    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(row + 64 * l, _MM_HINT_T0);
+  };
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const int64_t* c = a.cand + q * a.r;
+    const float* qv = a.Q + q * a.d;
+    top.n = 0;
+    for (int64_t t = 0; t < std::min(a.r, ahead); ++t)
+      if (c[t] >= 0) fetch(c[t]);
+    for (int64_t t = 0; t < a.r; ++t) {
+      if (t + ahead < a.r && c[t + ahead] >= 0) fetch(c[t + ahead]);
+      if (c[t] < 0) continue;
+      const float s = dot(qv, a.xb + c[t] * a.d, a.d);
+      if (s > top.threshold()) top.push(s, c[t]);
+    }
+    top.finish(a.out_pos + q * a.k, a.out_scores + q * a.k, a.k, true);
+  }
+}
+
 namespace {
 
 // sum_t qs[t] * code[t] over 8-bit codes
@@ -378,7 +401,7 @@ struct Scorer {
   const float* q;
   std::vector<float> qs;  // q * vstep, for codes
   float qc = 0.f;         // q . vmin
-  int64_t lines;
+  int64_t lines, window;
   Scorer(const GraphArgs& a_, const float* q_) : a(a_), q(q_), qs(a_.codes ? a_.d : 0) {
     if (a.codes) {
       for (int64_t t = 0; t < a.d; ++t) { qs[t] = q[t] * a.vstep[t]; qc += q[t] * a.vmin[t]; }
@@ -386,6 +409,7 @@ struct Scorer {
     } else {
       lines = (a.d * 4 + 63) / 64;
     }
+    window = std::max<int64_t>(2, 32 / lines);  // ~32 lines in flight (12, 48: no faster)
   }
   float ip(int32_t u) const {
     if (a.codes) return dot_u8(qs.data(), a.codes + static_cast<int64_t>(u) * a.d, a.d) + qc;
@@ -409,10 +433,14 @@ int64_t expand(const Scorer& sc, bool angular, const int32_t* row, int32_t deg, 
     if (visited[u] != tag) {
       visited[u] = tag;
       fresh[nf++] = u;
-      sc.prefetch(u);
     }
   }
+  // a window of rows in flight ahead of the one scored: all at once overflows the CPU's
+  // outstanding-miss buffers when rows span several cache lines
+  const int64_t ahead = sc.window;
+  for (int64_t t = 0; t < std::min(nf, ahead); ++t) sc.prefetch(fresh[t]);
   for (int64_t t = 0; t < nf; ++t) {
+    if (t + ahead < nf) sc.prefetch(fresh[t + ahead]);
     int32_t u = fresh[t];
     float s = sc.ip(u);
     if (angular) s *= sc.a.inv_norm[u];
@@ -431,6 +459,14 @@ int64_t best_first(const Scorer& sc, bool angular, const int32_t* links, int64_t
     if (cur >= pool.size) break;
     pool.done[cur] = 1;
     int32_t node = pool.ids[cur];
+    for (int64_t nx = cur + 1; nx < pool.size; ++nx) {  // the likely next node's links
+      if (!pool.done[nx]) {
+        const char* r = reinterpret_cast<const char*>(links + static_cast<int64_t>(pool.ids[nx]) * width);
+        _mm_prefetch(r, _MM_HINT_T0);
+        _mm_prefetch(r + 64, _MM_HINT_T0);
+        break;
+      }
+    }
     ndis += expand(sc, angular, links + static_cast<int64_t>(node) * width, degree[node],
                    visited, tag, pool, cur, fresh);
   }

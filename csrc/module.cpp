@@ -193,6 +193,30 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   });
 }
 
+void rerank(In<int64_t> cand, In<float> xb, In<float> Q, Out<int64_t> out_pos,
+            Out<float> out_scores, int n_threads) {
+  require(cand.ndim() == 2 && xb.ndim() == 2 && Q.ndim() == 2 && Q.shape(1) == xb.shape(1) &&
+              cand.shape(0) == Q.shape(0),
+          "cand (nq, r), xb (n, d), Q (nq, d)");
+  const int64_t nq = Q.shape(0), n = xb.shape(0), r = cand.shape(1);
+  for (int64_t i = 0; i < nq * r; ++i)
+    require(cand.data()[i] < n, "candidate positions must be < n (or -1)");
+  require(out_pos.ndim() == 2 && out_pos.shape(0) == static_cast<size_t>(nq) &&
+              out_scores.ndim() == 2 && out_scores.shape(0) == static_cast<size_t>(nq) &&
+              out_pos.shape(1) == out_scores.shape(1) && out_pos.shape(1) >= 1,
+          "out_pos and out_scores: (nq, k), k >= 1");
+  RerankArgs a{cand.data(), r, xb.data(), Q.data(), static_cast<int64_t>(Q.shape(1)),
+               static_cast<int64_t>(out_pos.shape(1)), out_pos.data(), out_scores.data()};
+  const Isa isa = g_isa;
+  parallel_blocks(nq, resolve_threads(n_threads, nq), [&](int64_t lo, int64_t hi, int) {
+    switch (isa) {
+      case Isa::avx512: avx512::rerank(a, lo, hi); break;
+      case Isa::avx2: avx2::rerank(a, lo, hi); break;
+      default: scalar::rerank(a, lo, hi);
+    }
+  });
+}
+
 }  // namespace
 
 NB_MODULE(_simd, m) {
@@ -221,6 +245,8 @@ NB_MODULE(_simd, m) {
         nb::arg("lut_bias"), nb::arg("norm_codebook"), nb::arg("out_pos"), nb::arg("out_scores"),
         nb::arg("ordered"), nb::arg("n_threads"));
   m.def("graph_search", &graph_search);
+  m.def("rerank", &rerank, nb::arg("cand"), nb::arg("xb"), nb::arg("Q"), nb::arg("out_pos"),
+        nb::arg("out_scores"), nb::arg("n_threads"));
   m.def("dot", [](In<float> x, In<float> y) {
     require(x.ndim() == 1 && y.ndim() == 1 && x.shape(0) == y.shape(0), "two (d,) vectors");
     switch (g_isa) {

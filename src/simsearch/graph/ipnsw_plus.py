@@ -373,7 +373,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         """Bytes held: vectors, both graphs (hnswlib's copy of the unit vectors included),
         ids, and the build-time link scores."""
         n = self._n
-        parts = (self._xb, self._inv_norm, self._pos_ids, self._live, self._links, self._degree)
+        parts = (self._xb, self._codes, self._inv_norm, self._pos_ids, self._live, self._links,
+                 self._degree)
         own = sum(a[:n].nbytes for a in parts)
         own += sum(v.nbytes for v in self._agraph.values() if isinstance(v, np.ndarray))
         if self._link_scores is not None:
@@ -425,6 +426,21 @@ class IPNSWPlus(BeamFilterHooks, Index):
             a, b = (int(v) for v in ndis.sum(0))
             stats.update(angular=a, ip=b, distances=a + b, queries=int(q.shape[0]))
         return SearchResult(ids, scores)
+
+    def search_reference(self, q: np.ndarray, k: int, ef: int) -> SearchResult:
+        """The float walk through the numba kernel (graph._kernels.query_block), one thread:
+        the reference the compiled kernel is tested and measured against (angular_ef 1)."""
+        q = np.ascontiguousarray(q, np.float32)
+        g, n = self._agraph, self._links.shape[0]
+        pos = np.empty((len(q), k), np.int32)
+        sc = np.empty((len(q), k), np.float32)
+        nd = np.zeros((len(q), 2), np.int64)
+        K.query_block(0, len(q), q, k, max(ef, k), 1, self._xb, self._inv_norm, self._live,
+                      g["links0"], g["degree0"], g["upper_links"], g["upper_degree"],
+                      g["upper_start"], g["entry"], g["max_level"], self._links, self._degree,
+                      np.zeros(n, np.int32), 0, pos, sc, nd)  # fmt: skip
+        ids = np.where(pos >= 0, self._pos_ids[np.maximum(pos, 0)], -1)
+        return SearchResult(ids, sc)
 
     # filtered search (docs/filters.md): the beam widens by 1/selectivity and walks through
     # disallowed nodes; only allowed ones are kept

@@ -116,3 +116,15 @@ def scan(b: Blocks, luts: np.ndarray, scale: np.ndarray, bias: np.ndarray,
     _simd.fastscan(b.blocks, b.list_blocks, b.block_base, b.block_count, pr, luts, scale, bias,
                    cb, pos, sc, ordered, n_threads)  # fmt: skip
     return pos, sc
+
+
+def rerank(cand: np.ndarray, x: np.ndarray, q: np.ndarray, k: int,
+           n_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The best k of each row's candidate positions (-1 skipped) by exact inner product, best
+    first: positions int64 (nq, k) (-1 padding) and float32 scores. Compiled, rows prefetched
+    ahead (the reference is ``_kernels.rerank_batch``)."""
+    pos = np.empty((q.shape[0], k), np.int64)
+    sc = np.empty((q.shape[0], k), np.float32)
+    _simd.rerank(np.ascontiguousarray(cand, np.int64), x, np.ascontiguousarray(q, np.float32),
+                 pos, sc, n_threads)  # fmt: skip
+    return pos, sc

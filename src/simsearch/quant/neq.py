@@ -182,7 +182,7 @@ class NEQIndex(Index):
     ):  # fmt: skip
         if base not in BASES:
             raise InvalidParameterError(f"base must be one of {list(BASES)}; got {base!r}")
-        check_int("n_codebooks", n_codebooks, 2, 64)
+        check_int("n_codebooks", n_codebooks, 2, 256)  # 4-bit sums stay below 2^16
         check_int("nbits", nbits, 1, 8)
         check_int("seed", seed, 0, 2**31 - 1)
         check_int("rq_beam_size", rq_beam_size, 1, 1024)
@@ -470,6 +470,8 @@ class NEQIndex(Index):
                 scan = K.scan_lists_batch_parallel if parallel else K.scan_lists_batch
                 args = (*args, it.offsets, probes)
             pos, S = scan(*args, not rerank)  # candidates for the re-rank need no order
+        if rerank and it.fs is not None:
+            return FS.rerank(pos, it.x, q, k, n_threads)
         if rerank:
             exact = K.rerank_batch_parallel if parallel else K.rerank_batch
             return exact(pos, it.x, np.ascontiguousarray(q, np.float32), k)
@@ -525,6 +527,15 @@ class NEQIndex(Index):
         if self._is_trained:
             self._extract_tables()
         self._items = self._grouped(codes, nc, ids, x, lists)
+
+    def memory_bytes(self) -> int:
+        """Bytes held per the stored items: codes (or the fast-scan blocks), norm codes, ids,
+        list numbers, the kept vectors, plus the codebooks and centroids."""
+        it = self._items
+        parts = [it.norm_codes, it.ids, it.lists, it.offsets, self._centroids, self._list_norm]
+        parts += [a for a in (it.codes, it.x) if a is not None]
+        fs = it.fs.nbytes if it.fs is not None else 0
+        return int(sum(a.nbytes for a in parts) + fs)
 
     @property
     def code_size(self) -> int:

@@ -1,0 +1,282 @@
+"""MIPS against every peer, one thread, recall@10: the compiled kernels' done table.
+
+    flock /tmp/simsearch-bench.lock python bench/mips/peers_bench.py \
+        [--datasets fi-300 glove-50 synthetic-longtail ml100k-svd] \
+        [--targets 0.9 0.95]
+
+Per dataset, every method sweeps its knob over the same scored queries and the table keeps, per
+target, the fastest measured setting whose recall@10 reaches it (no interpolation). simsearch:
+ip-NSW+ (float and sq8 walks), NEQ 4-bit fast-scan, norm-ivf, norm-scan (the kernels before
+and after: bench/kernels_bench.py). Peers: ScaNN (tree + AH + reorder), faiss HNSW, faiss
+IVFPQFastScan + refine, faiss IVF-RaBitQ fast-scan + refine, hnswlib, usearch, glass (SQ8 walk +
+FP32 refine). Then
+``auto_index`` at each target is given the first 200 queries as its sample and scored on the
+others, like every method here (ml100k-svd: 743 scored queries; glove-50: 100,000 base words).
+A plot per dataset goes to docs/img/peers-<dataset>.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import simsearch as ss
+from simsearch import auto_index, datasets
+from simsearch.eval import best_time, markdown_table, plot_recall_qps, recall_at_k, thread_limit
+
+K = 10
+N_SAMPLE = 200
+LOADS = {"fi-300": {"n_queries": 1200}, "glove-50": {"n_base": 100_000, "n_queries": 1200},
+         "synthetic-longtail": {"n": 200_000, "n_queries": 1200}, "ml100k-svd": {}}
+EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+# (share of the lists probed, candidates re-ranked exactly)
+PAIRS = [(f, r) for f in (0.02, 0.05, 0.1, 0.2, 0.5, 1.0) for r in (20, 50, 100, 200, 400)]
+
+
+def log(msg: str) -> None:
+    print(f"[peers] {msg}", file=sys.stderr, flush=True)
+
+
+def methods(d: int, n: int) -> list[tuple[str, object, list]]:
+    """(label, build(x) -> search(q, knob) -> ids, knob values)."""
+    import faiss
+
+    nl = max(4, int(math.sqrt(n)))
+
+    def probes(f):
+        return max(1, round(f * nl))
+
+    def ss_index(make, knob):
+        def build(x):
+            idx = make()
+            if idx.needs_training:
+                idx.train(x)
+            idx.add(x)
+
+            def search(q, v):
+                return idx.search(q, K, **knob(v)).ids
+            search.memory = getattr(idx, "memory_bytes", None)
+            return search
+        return build
+
+    neq = ss_index(lambda: ss.create_index(
+        "neq", d, "ip", base="pq", n_codebooks=d // 4 + 1, nbits=4, n_lists=nl,
+        keep_vectors=True, fast_scan=True, progress=False),
+        lambda v: {"n_probe": probes(v[0]), "rerank": v[1]})
+
+    def faiss_hnsw(x):
+        idx = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
+        idx.hnsw.efConstruction = 200
+        idx.add(x)
+
+        def search(q, ef):
+            idx.hnsw.efSearch = ef
+            return idx.search(q, K)[1]
+        search.memory = lambda: faiss.serialize_index(idx).nbytes
+        return search
+
+    def faiss_ivf(spec):
+        def build(x):
+            idx = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
+            idx.train(x)
+            idx.add(x)
+            ivf = faiss.extract_index_ivf(idx.base_index)
+
+            def search(q, v):
+                ivf.nprobe = probes(v[0])
+                idx.k_factor = max(1.0, v[1] / K)
+                return idx.search(q, K)[1]
+            search.memory = lambda: faiss.serialize_index(idx).nbytes
+            return search
+        return build
+
+    def hnswlib_(x):
+        import hnswlib
+
+        h = hnswlib.Index("ip", d)
+        h.init_index(len(x), M=16, ef_construction=200, random_seed=0)
+        h.add_items(x, np.arange(len(x)), num_threads=2)
+
+        def search(q, ef):
+            h.set_ef(max(ef, K))
+            return h.knn_query(q, K, num_threads=1)[0].astype(np.int64)
+        search.memory = h.index_file_size
+        return search
+
+    def usearch_(x):
+        from usearch.index import Index
+
+        u = Index(ndim=d, metric="ip", dtype="f32", connectivity=16, expansion_add=200)
+        u.add(np.arange(len(x)), x, threads=2)
+
+        def search(q, ef):
+            u.expansion_search = max(ef, K)
+            return np.asarray(u.search(q, K, threads=1).keys, np.int64)
+        search.memory = lambda: u.memory_usage
+        return search
+
+    def glass_(x):
+        import glass
+
+        glass.set_num_threads(1)
+        g = glass.Index("HNSW", "IP", quant="FP32", R=32, L=200).build(x)
+        s = glass.Searcher(g, x, "IP", "SQ8U", "FP32")
+        s.optimize(1)  # its prefetch tuned on sample queries
+
+        def search(q, ef):
+            s.set_ef(max(ef, K))
+            return np.asarray(s.batch_search(q, K, 1)[0], np.int64)
+        return search
+
+    def scann_(x):
+        import scann
+
+        leaves = max(2, round(math.sqrt(n)))
+        searcher = (scann.scann_ops_pybind.builder(x, K, "dot_product")
+                    .tree(num_leaves=leaves, num_leaves_to_search=max(1, leaves // 10),
+                          training_sample_size=min(n, 250_000))
+                    .score_ah(2, anisotropic_quantization_threshold=0.2)
+                    .reorder(400).build())
+
+        def search(q, v):
+            ids, _ = searcher.search_batched(q, final_num_neighbors=K,
+                                             leaves_to_search=max(1, round(v[0] * leaves)),
+                                             pre_reorder_num_neighbors=max(K, v[1]))
+            return np.asarray(ids, np.int64)
+
+        def memory():
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                searcher.serialize(tmp)
+                return sum(f.stat().st_size for f in Path(tmp).iterdir())
+        search.memory = memory
+        return search
+
+    m4 = d // 2 if d % 2 == 0 else d
+    fr = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0]
+    return [
+        ("simsearch ip-NSW+ (sq8 walk)", ss_index(lambda: ss.create_index(
+            "ipnsw-plus", d, "ip", M=16, progress=False, sq8=True), lambda v: {"ef": v}), EFS),
+        ("simsearch ip-NSW+", ss_index(lambda: ss.create_index(
+            "ipnsw-plus", d, "ip", M=16, progress=False), lambda v: {"ef": v}), EFS),
+        ("simsearch NEQ fast-scan", neq, PAIRS),
+        ("simsearch norm-ivf", ss_index(lambda: ss.create_index("norm-ivf", d, "ip", n_lists=nl),
+                                        lambda v: {"n_probe": v}),
+         [1, 2, 4, 8, 16, 32, 64, 128, 256]),
+        ("simsearch norm-scan", ss_index(lambda: ss.create_index("norm-scan", d, "ip"),
+                                         lambda v: {"max_items": max(K, int(v * n))}), fr),
+        ("ScaNN (tree, AH, reorder)", scann_, PAIRS),
+        ("faiss HNSW", faiss_hnsw, EFS),
+        ("faiss IVFPQFastScan + refine", faiss_ivf(f"IVF{nl},PQ{m4}x4fs,RFlat"), PAIRS),
+        ("faiss IVF-RaBitQ fast-scan + refine", faiss_ivf(f"IVF{nl},RaBitQfs,RFlat"), PAIRS),
+        ("hnswlib", hnswlib_, EFS),
+        ("usearch", usearch_, EFS),
+        ("glass (SQ8 + refine)", glass_, EFS),
+    ]
+
+
+def sweep(search, values, q, gt, base) -> list[tuple[object, float, float]]:
+    """(value, recall, q/s) per value; stops once recall is ~1."""
+    out = []
+    for v in values:
+        ids = search(q, v)
+        rec = recall_at_k(ids, gt[0], K, gt_scores=gt[1], queries=q, base=base, metric="ip")
+        secs = best_time(lambda v=v: search(q, v), repeats=2)
+        out.append((v, rec, len(q) / secs))
+        if rec >= 0.999:
+            break
+    return out
+
+
+def run(name: str, targets: list[float], img: Path) -> list[dict]:
+    ds = datasets.load(name, **LOADS[name])
+    gi, gs = ds.ground_truth("ip", k=K)
+    n, d = ds.base.shape
+    sample, q = ds.queries[:N_SAMPLE], np.ascontiguousarray(ds.queries[N_SAMPLE:])
+    gt = (gi[N_SAMPLE:], gs[N_SAMPLE:])
+    log(f"{name}: {n:,} x {d}, {len(q)} scored queries")
+    rows, series = [], {}
+    for label, build, values in methods(d, n):
+        t = time.perf_counter()
+        search = build(ds.base)
+        took = time.perf_counter() - t
+        mem = getattr(search, "memory", None)
+        with thread_limit(1):
+            sw = sweep(search, values, q, gt, ds.base)
+        series[label] = [(r, s) for _, r, s in sw]
+        log(f"{name}: {label} built in {took:.1f} s; best recall {max(r for _, r, _ in sw):.4f}")
+        for target in targets:
+            ok = [p for p in sw if p[1] >= target]
+            best = max(ok, key=lambda p: p[2]) if ok else None
+            rows.append({"dataset": name, "target": target, "method": label,
+                         "setting": "-" if best is None else str(best[0]),
+                         "recall@10": None if best is None else best[1],
+                         "q/s (1 thread)": None if best is None else best[2],
+                         "build s": took,
+                         "bytes/item": None if mem is None else mem() / n})
+        del search
+    for target in targets:
+        t = time.perf_counter()
+        auto = auto_index(ds.base, "ip", target_recall=target, k=K, queries=sample,
+                          progress=False, sample_size=min(n, 20_000))
+        took = time.perf_counter() - t
+        with thread_limit(1):
+            (_, rec, qps), = sweep(lambda qq, v, a=auto: a.search(qq, K).ids, [None], q, gt,
+                                   ds.base)  # fmt: skip
+        log(f"{name} @ {target}: auto chose {auto.chosen} in {took:.0f} s: recall {rec:.4f}")
+        rows.append({"dataset": name, "target": target, "method": f"auto_index -> {auto.chosen}",
+                     "setting": "tuned on 200 given queries", "recall@10": rec,
+                     "q/s (1 thread)": qps, "build s": took, "bytes/item": None})
+        print(f"\n### auto_index report, {name}, target {target}\n{auto.report}", flush=True)
+    plot_recall_qps(series, img / f"peers-{name}.png",
+                    f"{name} ({n:,} x {d}), inner product, one thread")
+    return rows
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per dataset and target: the best simsearch method and auto against the best peer."""
+    out = []
+    for (name, target) in dict.fromkeys((r["dataset"], r["target"]) for r in rows):
+        rs = [r for r in rows if r["dataset"] == name and r["target"] == target
+              and r["q/s (1 thread)"] is not None and r["recall@10"] >= target]
+        ours = [r for r in rs if r["method"].startswith("simsearch")]
+        auto = [r for r in rs if r["method"].startswith("auto_index")]
+        peers = [r for r in rs if not r["method"].startswith(("simsearch", "auto_index"))]
+        best = max(peers, key=lambda r: r["q/s (1 thread)"]) if peers else None
+        mine = max(ours, key=lambda r: r["q/s (1 thread)"]) if ours else None
+
+        def ratio(r, best=best):
+            return r["q/s (1 thread)"] / best["q/s (1 thread)"] if r and best else None
+        out.append({"dataset": name, "target": target,
+                    "best simsearch": mine and f"{mine['method']} {mine['q/s (1 thread)']:,.0f}",
+                    "auto_index": auto and f"{auto[0]['method']} {auto[0]['q/s (1 thread)']:,.0f}",
+                    "best peer": best and f"{best['method']} {best['q/s (1 thread)']:,.0f}",
+                    "best simsearch / best peer": ratio(mine),
+                    "auto / best peer": ratio(auto[0] if auto else None)})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=list(LOADS))
+    ap.add_argument("--targets", type=float, nargs="+", default=[0.9, 0.95])
+    ap.add_argument("--img", type=Path, default=Path("docs/img"))
+    a = ap.parse_args()
+    rows = []
+    for name in a.datasets:
+        rows += run(name, a.targets, a.img)
+        print("\n" + markdown_table([r for r in rows if r["dataset"] == name],
+                                    list(rows[0])), flush=True)
+    print("\n## Summary\n\n" + markdown_table(summary(rows), [
+        "dataset", "target", "best simsearch", "auto_index", "best peer",
+        "best simsearch / best peer", "auto / best peer"]))
+
+
+if __name__ == "__main__":
+    main()
