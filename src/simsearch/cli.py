@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = da.add_subparsers(dest="action", required=True)
     f = dsub.add_parser("fetch", help="fetch datasets into the cache")
     f.add_argument(
-        "names", nargs="+", metavar="NAME", help="glove-50, ml100k-svd, words or proteins"
+        "names", nargs="+", metavar="NAME", help="glove-50, fi-300, ml100k-svd, words or proteins"
     )
     dsub.add_parser("list", help="list datasets and whether they are cached")
     im = dsub.add_parser("import", help="import ann-benchmarks HDF5 files (train/test/neighbors)")
