@@ -72,6 +72,9 @@ struct RerankArgs {
   void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visited,        \
                     int32_t* tag);                                                           \
   void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi);                             \
+  /* float tables (nq, md, 16) -> 8-bit tables, scale, bias (fastscan.quantize_luts) */      \
+  void quantize_luts(const float* lut, int64_t md, int64_t n_pairs, int64_t q_lo,            \
+                     int64_t q_hi, uint8_t* q8, float* scale, float* bias);                  \
   float dot(const float* a, const float* b, int64_t d);                                      \
   }
 

@@ -269,6 +269,34 @@ void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi) {
   }
 }
 
+void quantize_luts(const float* lut, int64_t md, int64_t n_pairs, int64_t q_lo, int64_t q_hi,
+                   uint8_t* q8, float* scale, float* bias) {
+  std::vector<float> lo(md);
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const float* t = lut + q * md * 16;
+    float span_max = 0.f;
+    double b = 0.0;
+    for (int64_t m = 0; m < md; ++m) {
+      float mn = t[m * 16], mx = t[m * 16];
+      for (int c = 1; c < 16; ++c) {
+        mn = std::min(mn, t[m * 16 + c]);
+        mx = std::max(mx, t[m * 16 + c]);
+      }
+      lo[m] = mn;
+      span_max = std::max(span_max, mx - mn);
+      b += mn;
+    }
+    const float s = std::max(span_max, 1e-30f) / 255.0f;
+    uint8_t* out = q8 + q * 2 * n_pairs * 16;
+    for (int64_t m = 0; m < md; ++m)
+      for (int c = 0; c < 16; ++c)
+        out[m * 16 + c] = static_cast<uint8_t>(std::nearbyint((t[m * 16 + c] - lo[m]) / s));
+    std::fill(out + md * 16, out + 2 * n_pairs * 16, uint8_t{0});
+    scale[q] = s;
+    bias[q] = static_cast<float>(b);
+  }
+}
+
 // ---- inner products -----------------------------------------------------------------------
 
 float dot(const float* x, const float* y, int64_t d) {

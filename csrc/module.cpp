@@ -131,6 +131,25 @@ void fastscan(In<uint8_t> blocks, In<int64_t> list_blocks, In<int64_t> block_bas
   });
 }
 
+void quantize(In<float> lut, Out<uint8_t> q8, Out<float> scale, Out<float> bias,
+              int n_threads) {
+  require(lut.ndim() == 3 && lut.shape(2) == 16, "lut must be (nq, md, 16) float32");
+  const int64_t nq = lut.shape(0), md = lut.shape(1);
+  require(q8.ndim() == 3 && q8.shape(0) == static_cast<size_t>(nq) && q8.shape(2) == 16 &&
+              q8.shape(1) >= static_cast<size_t>(md) && q8.shape(1) % 2 == 0 &&
+              scale.ndim() == 1 && scale.shape(0) == static_cast<size_t>(nq) &&
+              bias.ndim() == 1 && bias.shape(0) == static_cast<size_t>(nq),
+          "q8 (nq, 2 * n_pairs >= md, 16), scale and bias (nq,)");
+  const int64_t n_pairs = q8.shape(1) / 2;
+  parallel_blocks(nq, resolve_threads(n_threads, nq), [&](int64_t lo, int64_t hi, int) {
+    switch (g_isa) {
+      case Isa::avx512: avx512::quantize_luts(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data()); break;
+      case Isa::avx2: avx2::quantize_luts(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data()); break;
+      default: scalar::quantize_luts(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data());
+    }
+  });
+}
+
 void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_t rerank,
                   In<float> xb, In<uint8_t> codes, In<float> vmin, In<float> vstep,
                   In<float> inv_norm, In<uint8_t> live, In<int32_t> a_links0,
@@ -245,6 +264,8 @@ NB_MODULE(_simd, m) {
         nb::arg("lut_bias"), nb::arg("norm_codebook"), nb::arg("out_pos"), nb::arg("out_scores"),
         nb::arg("ordered"), nb::arg("n_threads"));
   m.def("graph_search", &graph_search);
+  m.def("quantize_luts", &quantize, nb::arg("lut"), nb::arg("q8"), nb::arg("scale"),
+        nb::arg("bias"), nb::arg("n_threads"));
   m.def("rerank", &rerank, nb::arg("cand"), nb::arg("xb"), nb::arg("Q"), nb::arg("out_pos"),
         nb::arg("out_scores"), nb::arg("n_threads"));
   m.def("dot", [](In<float> x, In<float> y) {

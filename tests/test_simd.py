@@ -61,6 +61,18 @@ def test_quantized_tables_bound_the_error():
 
 
 @pytest.mark.parametrize("isa", ISAS)
+def test_compiled_table_quantization_equals_numpy(isa):
+    rng = np.random.default_rng(4)
+    lut = (rng.normal(size=(30, 9, 16)) * rng.uniform(0.1, 10, (30, 1, 1))).astype(np.float32)
+    ref = FS.quantize_luts(lut, 5, reference=True)
+    with simd.use_isa(isa):
+        got = FS.quantize_luts(lut, 5, n_threads=2)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-7)
+    np.testing.assert_allclose(got[2], ref[2], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("k", [1, 10, 100])
 @pytest.mark.parametrize("probed", [False, True])
 def test_fastscan_equals_reference(isa, k, probed):

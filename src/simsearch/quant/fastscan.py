@@ -86,17 +86,25 @@ def unpack(b: Blocks, n: int, n_codes: int) -> np.ndarray:
     return out
 
 
-def quantize_luts(lut: np.ndarray, n_pairs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def quantize_luts(lut: np.ndarray, n_pairs: int, n_threads: int = 1,
+                  reference: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Float tables (nq, M - 1, 16) -> (uint8 (nq, 2 * n_pairs, 16), scale (nq,), bias (nq,))
-    with sum_m lut[m, c_m] ~= scale * sum_m lut8[m, c_m] + bias. A missing table of an odd count
-    is all zeros."""
+    with sum_m lut[m, c_m] ~= scale * sum_m lut8[m, c_m] + bias: one scale per query, the
+    tables' minima as the bias. A missing table of an odd count is all zeros. Compiled (numpy's
+    passes over the tables cost a sixth of a 300-d search); ``reference`` runs numpy."""
     nq, md, _ = lut.shape
+    if not reference:
+        q8 = np.empty((nq, 2 * n_pairs, 16), np.uint8)
+        scale, bias = np.empty(nq, np.float32), np.empty(nq, np.float32)
+        _simd.quantize_luts(np.ascontiguousarray(lut, np.float32), q8, scale, bias, n_threads)
+        return q8, scale, bias
     lo = lut.min(axis=2, keepdims=True)
     span = lut - lo
-    scale = np.maximum(span.max(axis=(1, 2)), 1e-30) / 255.0
+    scale = np.maximum(span.max(axis=(1, 2)), np.float32(1e-30)) / np.float32(255.0)
     q8 = np.zeros((nq, 2 * n_pairs, 16), np.uint8)
     q8[:, :md] = np.rint(span / scale[:, None, None]).astype(np.uint8)
-    return q8, scale.astype(np.float32), lo.sum(axis=(1, 2)).astype(np.float32)
+    bias = lo.sum(axis=(1, 2), dtype=np.float64).astype(np.float32)
+    return q8, scale.astype(np.float32), bias
 
 
 def scan(b: Blocks, luts: np.ndarray, scale: np.ndarray, bias: np.ndarray,

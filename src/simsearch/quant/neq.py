@@ -458,7 +458,7 @@ class NEQIndex(Index):
         probes = self._probes(q, n_probe, list_ranking)
         it, parallel = self._items, n_threads != 1
         if it.fs is not None:
-            luts, scale, bias = FS.quantize_luts(self.lookup_tables(q), it.fs.n_pairs)
+            luts, scale, bias = FS.quantize_luts(self.lookup_tables(q), it.fs.n_pairs, n_threads)
             pos, S = FS.scan(it.fs, luts, scale, bias, self._norm_codebook, max(k, rerank), probes,
                              not rerank, n_threads)  # fmt: skip
         else:
