@@ -86,8 +86,9 @@ def unpack(b: Blocks, n: int, n_codes: int) -> np.ndarray:
     return out
 
 
-def quantize_luts(lut: np.ndarray, n_pairs: int, n_threads: int = 1,
-                  reference: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def quantize_luts(
+    lut: np.ndarray, n_pairs: int, n_threads: int = 1, reference: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float tables (nq, M - 1, 16) -> (uint8 (nq, 2 * n_pairs, 16), scale (nq,), bias (nq,))
     with sum_m lut[m, c_m] ~= scale * sum_m lut8[m, c_m] + bias: one scale per query, the
     tables' minima as the bias. A missing table of an odd count is all zeros. Compiled (numpy's
