@@ -152,6 +152,38 @@ def test_sq8_walk_reranks_exactly(isa, graph_data):
     assert recall >= 0.97  # observed 0.995
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_sq8_walk_equals_numba(isa, graph_data):
+    """The compiled walk on codes against the numba walk on the decoded codes, both re-ranking
+    the beam's best 20 exactly. Scores differ in rounding (q * vstep . code + q . vmin against
+    q . decoded), so a near tie may turn a walk: 99% of the ids must agree."""
+    x, q = graph_data
+    idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, n_threads=1, progress=False,
+                          sq8=True)
+    idx.add(x)
+    ref = idx.search_reference(q, 10, ef=48, sq8=True, rerank=20)
+    with simd.use_isa(isa):
+        got = idx.search(q, 10, ef=48, rerank=20)
+    same = got.ids == ref.ids
+    assert same.mean() >= 0.99, same.mean()
+    np.testing.assert_allclose(got.scores[same], ref.scores[same], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_rerank_equals_numba(isa):
+    from simsearch.quant import _kernels as QK
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(5000, 33)).astype(np.float32)
+    q = rng.normal(size=(40, 33)).astype(np.float32)
+    cand = np.stack([rng.permutation(5000)[:150] for _ in range(40)])
+    cand[:, ::7] = -1  # no candidate
+    ref_pos, ref_s = QK.rerank_batch(cand, x, q, 10)
+    with simd.use_isa(isa):
+        pos, sc = FS.rerank(cand, x, q, 10, n_threads=2)
+    assert_same_topk(pos, sc, ref_pos, ref_s)
+
+
 def test_sq8_codes_cover_every_value(graph_data):
     x, _ = graph_data
     idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, progress=False, sq8=True)

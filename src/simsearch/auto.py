@@ -164,6 +164,19 @@ def _per_query_seconds(idx: Index, q: np.ndarray, k: int, params: dict) -> float
     return best
 
 
+def _alternated_seconds(built: list[tuple[Index, dict]], q: np.ndarray, k: int) -> list[float]:
+    """Per-query seconds of each (index, params), timed in turn (best of 5 rounds of at least
+    0.05 s each, one thread): finalists timed one after another on a shared machine swapped
+    places (synthetic-longtail: ip-NSW+ chosen over norm-ivf at half its speed)."""
+    from .eval import alternated_best_times, thread_limit
+
+    with thread_limit(1):
+        times = alternated_best_times(
+            [lambda i=i, p=p: i.search(q, k, **p) for i, p in built], rounds=5,
+            min_seconds=0.05)
+    return [t / len(q) for t in times]
+
+
 def _tune(c: Candidate, idx: Index, q: np.ndarray, truth: np.ndarray, k: int, target: float):
     """The cheapest grid value reaching the target: (value or None, recall)."""
     n = len(idx)
@@ -312,14 +325,16 @@ class AutoIndex(Index):
         finalists.sort(key=lambda r: r[4])
         if len(xs) >= n:
             finalists = finalists[:1]
-        best = None
+        built = []
         for r in finalists:
             _progress(f"building {r[0]} on all {n} items", p["progress"])
-            inner, defaults, rec = self._build_full(r[0], r[1], x, ids, late, q_eval, truth_full)
+            built.append((r, *self._build_full(r[0], r[1], x, ids, late, q_eval, truth_full)))
+        secs = [r[4] for r in finalists] if len(built) == 1 else _alternated_seconds(
+            [(inner, defaults) for _, inner, defaults, _ in built], q_eval, min(k, m))
+        best = None
+        for (r, inner, defaults, rec), sec in zip(built, secs, strict=True):
             c = CANDIDATES[r[0]]
             params = defaults
-            sec = _per_query_seconds(inner, q_eval, min(k, m), params) \
-                if len(finalists) > 1 else r[4]
             knob = "exact" if c.knob is None else f"{c.knob}={defaults[c.knob]}"
             mean = _mean_recall(inner.search(q_eval, min(k, m), **params).ids, truth_full)
             lines.append(f"on all {n} items: {r[0]} tuned to {knob} (recall on the sample "

@@ -427,18 +427,31 @@ class IPNSWPlus(BeamFilterHooks, Index):
             stats.update(angular=a, ip=b, distances=a + b, queries=int(q.shape[0]))
         return SearchResult(ids, scores)
 
-    def search_reference(self, q: np.ndarray, k: int, ef: int) -> SearchResult:
-        """The float walk through the numba kernel (graph._kernels.query_block), one thread:
-        the reference the compiled kernel is tested and measured against (angular_ef 1)."""
+    def search_reference(self, q: np.ndarray, k: int, ef: int, sq8: bool = False,
+                         rerank: int | None = None) -> SearchResult:
+        """The walk through the numba kernel (graph._kernels.query_block), one thread, angular_ef
+        1: the reference the compiled kernel is tested and measured against. ``sq8`` walks on the
+        decoded 8-bit codes and re-scores the beam's best ``rerank`` (default ef) exactly."""
         q = np.ascontiguousarray(q, np.float32)
         g, n = self._agraph, self._links.shape[0]
-        pos = np.empty((len(q), k), np.int32)
-        sc = np.empty((len(q), k), np.float32)
+        ef = max(ef, k)
+        depth = k
+        xb = self._xb
+        if sq8:
+            xb = (self._vmin + self._vstep * self._codes[:n].astype(np.float32)).astype(np.float32)
+            depth = min(ef, max(k, ef if rerank is None else rerank))
+        pos = np.empty((len(q), depth), np.int32)
+        sc = np.empty((len(q), depth), np.float32)
         nd = np.zeros((len(q), 2), np.int64)
-        K.query_block(0, len(q), q, k, max(ef, k), 1, self._xb, self._inv_norm, self._live,
+        K.query_block(0, len(q), q, depth, ef, 1, xb, self._inv_norm, self._live,
                       g["links0"], g["degree0"], g["upper_links"], g["upper_degree"],
                       g["upper_start"], g["entry"], g["max_level"], self._links, self._degree,
                       np.zeros(n, np.int32), 0, pos, sc, nd)  # fmt: skip
+        if sq8:  # exact scores of the beam's best, best first
+            exact = np.einsum("qd,qkd->qk", q, self._xb[np.maximum(pos, 0)])
+            exact = np.where(pos >= 0, exact, -np.inf).astype(np.float32)
+            order = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+            pos, sc = np.take_along_axis(pos, order, 1), np.take_along_axis(exact, order, 1)
         ids = np.where(pos >= 0, self._pos_ids[np.maximum(pos, 0)], -1)
         return SearchResult(ids, sc)
 
