@@ -44,6 +44,20 @@ Isa best_isa() {
 
 Isa g_isa = best_isa();
 
+// one set of kernels per instruction set, indexed by Isa
+struct Kernels {
+  decltype(&scalar::fastscan) fastscan;
+  decltype(&scalar::graph_search) graph_search;
+  decltype(&scalar::rerank) rerank;
+  decltype(&scalar::quantize_luts) quantize_luts;
+};
+#define SIMSEARCH_KERNELS(NS) \
+  Kernels { &NS::fastscan, &NS::graph_search, &NS::rerank, &NS::quantize_luts }
+const Kernels kKernels[] = {SIMSEARCH_KERNELS(scalar), SIMSEARCH_KERNELS(avx2),
+                            SIMSEARCH_KERNELS(avx512)};
+
+const Kernels& kernels() { return kKernels[static_cast<int>(g_isa)]; }
+
 const char* isa_name(Isa i) {
   return i == Isa::avx512 ? "avx512" : i == Isa::avx2 ? "avx2" : "scalar";
 }
@@ -121,14 +135,9 @@ void fastscan(In<uint8_t> blocks, In<int64_t> list_blocks, In<int64_t> block_bas
                  all ? 0 : static_cast<int64_t>(probes.shape(1)), luts.data(), lut_scale.data(),
                  lut_bias.data(), norm_codebook.data(), static_cast<int64_t>(out_pos.shape(1)),
                  ordered, out_pos.data(), out_scores.data()};
-  const Isa isa = g_isa;
-  parallel_blocks(nq, resolve_threads(n_threads, nq), [&](int64_t lo, int64_t hi, int) {
-    switch (isa) {
-      case Isa::avx512: avx512::fastscan(a, lo, hi); break;
-      case Isa::avx2: avx2::fastscan(a, lo, hi); break;
-      default: scalar::fastscan(a, lo, hi);
-    }
-  });
+  const auto run = kernels().fastscan;
+  parallel_blocks(nq, resolve_threads(n_threads, nq),
+                  [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
 }
 
 void quantize(In<float> lut, Out<uint8_t> q8, Out<float> scale, Out<float> bias,
@@ -141,12 +150,9 @@ void quantize(In<float> lut, Out<uint8_t> q8, Out<float> scale, Out<float> bias,
               bias.ndim() == 1 && bias.shape(0) == static_cast<size_t>(nq),
           "q8 (nq, 2 * n_pairs >= md, 16), scale and bias (nq,)");
   const int64_t n_pairs = q8.shape(1) / 2;
+  const auto run = kernels().quantize_luts;
   parallel_blocks(nq, resolve_threads(n_threads, nq), [&](int64_t lo, int64_t hi, int) {
-    switch (g_isa) {
-      case Isa::avx512: avx512::quantize_luts(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data()); break;
-      case Isa::avx2: avx2::quantize_luts(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data()); break;
-      default: scalar::quantize_luts(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data());
-    }
+    run(lut.data(), md, n_pairs, lo, hi, q8.data(), scale.data(), bias.data());
   });
 }
 
@@ -199,15 +205,10 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   a.links = links.data(); a.width = links.shape(1); a.degree = degree.data();
   a.out_pos = out_pos.data(); a.out_scores = out_scores.data(); a.out_ndis = out_ndis.data();
   const int64_t vstride = visited.shape(1);
-  const Isa isa = g_isa;
+  const auto run = kernels().graph_search;
   parallel_blocks(nq, threads, [&](int64_t lo, int64_t hi, int w) {
-    int32_t* vis = visited.data() + w * vstride;
     int32_t tag = static_cast<int32_t>(tags.data()[w]);
-    switch (isa) {
-      case Isa::avx512: avx512::graph_search(a, lo, hi, vis, &tag); break;
-      case Isa::avx2: avx2::graph_search(a, lo, hi, vis, &tag); break;
-      default: scalar::graph_search(a, lo, hi, vis, &tag);
-    }
+    run(a, lo, hi, visited.data() + w * vstride, &tag);
     tags.data()[w] = tag;
   });
 }
@@ -226,14 +227,9 @@ void rerank(In<int64_t> cand, In<float> xb, In<float> Q, Out<int64_t> out_pos,
           "out_pos and out_scores: (nq, k), k >= 1");
   RerankArgs a{cand.data(), r, xb.data(), Q.data(), static_cast<int64_t>(Q.shape(1)),
                static_cast<int64_t>(out_pos.shape(1)), out_pos.data(), out_scores.data()};
-  const Isa isa = g_isa;
-  parallel_blocks(nq, resolve_threads(n_threads, nq), [&](int64_t lo, int64_t hi, int) {
-    switch (isa) {
-      case Isa::avx512: avx512::rerank(a, lo, hi); break;
-      case Isa::avx2: avx2::rerank(a, lo, hi); break;
-      default: scalar::rerank(a, lo, hi);
-    }
-  });
+  const auto run = kernels().rerank;
+  parallel_blocks(nq, resolve_threads(n_threads, nq),
+                  [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
 }
 
 }  // namespace
@@ -268,12 +264,4 @@ NB_MODULE(_simd, m) {
         nb::arg("bias"), nb::arg("n_threads"));
   m.def("rerank", &rerank, nb::arg("cand"), nb::arg("xb"), nb::arg("Q"), nb::arg("out_pos"),
         nb::arg("out_scores"), nb::arg("n_threads"));
-  m.def("dot", [](In<float> x, In<float> y) {
-    require(x.ndim() == 1 && y.ndim() == 1 && x.shape(0) == y.shape(0), "two (d,) vectors");
-    switch (g_isa) {
-      case Isa::avx512: return avx512::dot(x.data(), y.data(), x.shape(0));
-      case Isa::avx2: return avx2::dot(x.data(), y.data(), x.shape(0));
-      default: return scalar::dot(x.data(), y.data(), x.shape(0));
-    }
-  });
 }

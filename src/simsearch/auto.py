@@ -137,17 +137,14 @@ def prediction_bound(per_query: np.ndarray) -> float:
     return float(per_query.mean() - _PROMISE_Z * sigma * math.sqrt(1 / n + 1 / _FUTURE))
 
 
+def _per_query_recall(ids: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    hits = [len(set(a[a >= 0]) & set(b)) for a, b in zip(ids, truth, strict=True)]
+    return np.array(hits, np.float64) / truth.shape[1]
+
+
 def _recall(ids: np.ndarray, truth: np.ndarray) -> float:
     """The prediction bound of the recall@k of new queries, from these queries' answers."""
-    k = truth.shape[1]
-    hits = [len(set(a[a >= 0]) & set(b)) for a, b in zip(ids, truth, strict=True)]
-    return prediction_bound(np.array(hits, np.float64) / k)
-
-
-def _mean_recall(ids: np.ndarray, truth: np.ndarray) -> float:
-    k = truth.shape[1]
-    return float(np.mean([len(set(a[a >= 0]) & set(b)) / k
-                          for a, b in zip(ids, truth, strict=True)]))
+    return prediction_bound(_per_query_recall(ids, truth))
 
 
 def _per_query_seconds(idx: Index, q: np.ndarray, k: int, params: dict) -> float:
@@ -351,7 +348,8 @@ class AutoIndex(Index):
             c = CANDIDATES[r[0]]
             params = defaults
             knob = "exact" if c.knob is None else f"{c.knob}={defaults[c.knob]}"
-            mean = _mean_recall(inner.search(q_eval, min(k, m), **params).ids, truth_full)
+            mean = float(_per_query_recall(inner.search(q_eval, min(k, m), **params).ids,
+                                           truth_full).mean())
             lines.append(f"on all {n} items: {r[0]} tuned to {knob} (recall on the sample "
                          f"queries {mean:.3f}; 99% prediction bound for new queries {rec:.3f}: "
                          f"the promise costs {mean - target:+.3f} of recall over the target), "
