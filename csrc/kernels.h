@@ -69,8 +69,8 @@ struct RerankArgs {
 #define SIMSEARCH_DECLARE(NS)                                                                \
   namespace NS {                                                                             \
   void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi);                          \
-  void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visited,        \
-                    int32_t* tag);                                                           \
+  void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visited,       \
+                    uint8_t* epoch);                                                         \
   void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi);                             \
   /* float tables (nq, md, 16) -> 8-bit tables, scale, bias (fastscan.quantize_luts) */      \
   void quantize_luts(const float* lut, int64_t md, int64_t n_pairs, int64_t q_lo,            \

@@ -359,46 +359,59 @@ void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi) {
 
 namespace {
 
-// sum_t qs[t] * code[t] over 8-bit codes
-inline float dot_u8(const float* qs, const uint8_t* c, int64_t d) {
+// sum_t qi[t] * c[t]: int8 query, 8-bit codes, exact in int32 (qi padded with zeros to 64)
+inline int32_t dot_i8(const int8_t* qi, const uint8_t* c, int64_t d) {
 #if defined(SS_AVX512)
-  __m512 s0 = _mm512_setzero_ps();
+  __m512i s = _mm512_setzero_si512();
+  int64_t t = 0;
+  for (; t + 64 <= d; t += 64)
+    s = _mm512_dpbusd_epi32(s, _mm512_loadu_si512(c + t), _mm512_loadu_si512(qi + t));
+  if (t < d) {
+    __mmask64 m = (~uint64_t{0}) >> (64 - (d - t));
+    s = _mm512_dpbusd_epi32(s, _mm512_maskz_loadu_epi8(m, c + t), _mm512_loadu_si512(qi + t));
+  }
+  return _mm512_reduce_add_epi32(s);
+#elif defined(SS_AVX2)
+  __m256i s = _mm256_setzero_si256();
   int64_t t = 0;
   for (; t + 16 <= d; t += 16) {
-    __m512 v = _mm512_cvtepi32_ps(
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + t))));
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(qs + t), v, s0);
+    __m256i cv = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + t)));
+    __m256i qv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qi + t)));
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(cv, qv));
   }
-  if (t < d) {
-    __mmask16 m = static_cast<__mmask16>((1u << (d - t)) - 1u);
-    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c + t)));
-    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qs + t), v, s0);
-  }
-  return _mm512_reduce_add_ps(s0);
-#elif defined(SS_AVX2)
-  __m256 s0 = _mm256_setzero_ps();
-  int64_t t = 0;
-  for (; t + 8 <= d; t += 8) {
-    __m256 v = _mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + t))));
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qs + t), v, s0);
-  }
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float s = _mm_cvtss_f32(h);
-  for (; t < d; ++t) s += qs[t] * static_cast<float>(c[t]);
-  return s;
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  int32_t r = _mm_cvtsi128_si32(h);
+  for (; t < d; ++t) r += static_cast<int32_t>(qi[t]) * c[t];
+  return r;
 #else
-  float s = 0.f;
-  for (int64_t t = 0; t < d; ++t) s += qs[t] * static_cast<float>(c[t]);
-  return s;
+  int32_t r = 0;
+  for (int64_t t = 0; t < d; ++t) r += static_cast<int32_t>(qi[t]) * c[t];
+  return r;
 #endif
 }
 
 // ---- graph search -------------------------------------------------------------------------
 
-constexpr int32_t TAG_LIMIT = 2147483647 - 8;
+// Visited marks as one-byte epochs in a caller's reusable row (n bytes: L2-resident where
+// int32 tags were 4n): each walk starts a new epoch; every 255th clears the row.
+struct Visited {
+  uint8_t* tag;
+  int64_t n;
+  uint8_t epoch;
+  void next() {
+    if (++epoch == 0) {
+      std::memset(tag, 0, static_cast<size_t>(n));
+      epoch = 1;
+    }
+  }
+  bool mark(int32_t u) {  // true when u is new to this walk
+    if (tag[u] == epoch) return false;
+    tag[u] = epoch;
+    return true;
+  }
+};
 
 // The beam: ids, scores and expanded flags sorted by decreasing score, capacity cap
 // (simsearch.graph._kernels.pool_insert).
@@ -427,12 +440,25 @@ struct Pool {
 struct Scorer {
   const GraphArgs& a;
   const float* q;
-  std::vector<float> qs;  // q * vstep, for codes
-  float qc = 0.f;         // q . vmin
+  // with codes, q . x ~ qinv * (qi . code) + qc: qi = q * vstep scaled to int8 (so the sums
+  // are exact integers: VNNI on AVX-512), padded with zeros to a multiple of 64
+  std::vector<int8_t> qi;
+  float qc = 0.f;    // q . vmin
+  float qinv = 0.f;  // 1 / the int8 scale
   int64_t lines, window;
-  Scorer(const GraphArgs& a_, const float* q_) : a(a_), q(q_), qs(a_.codes ? a_.d : 0) {
+  Scorer(const GraphArgs& a_, const float* q_) : a(a_), q(q_) {
     if (a.codes) {
-      for (int64_t t = 0; t < a.d; ++t) { qs[t] = q[t] * a.vstep[t]; qc += q[t] * a.vmin[t]; }
+      std::vector<float> qs(a.d);
+      float mx = 0.f;
+      for (int64_t t = 0; t < a.d; ++t) {
+        qs[t] = q[t] * a.vstep[t];
+        qc += q[t] * a.vmin[t];
+        mx = std::max(mx, std::fabs(qs[t]));
+      }
+      qi.assign((a.d + 63) / 64 * 64, 0);
+      const float scale = mx > 0.f ? 127.f / mx : 1.f;
+      for (int64_t t = 0; t < a.d; ++t) qi[t] = static_cast<int8_t>(std::nearbyint(qs[t] * scale));
+      qinv = 1.f / scale;
       lines = (a.d + 63) / 64;
     } else {
       lines = (a.d * 4 + 63) / 64;
@@ -440,8 +466,39 @@ struct Scorer {
     window = std::max<int64_t>(2, 32 / lines);  // ~32 lines in flight (12, 48: no faster)
   }
   float ip(int32_t u) const {
-    if (a.codes) return dot_u8(qs.data(), a.codes + static_cast<int64_t>(u) * a.d, a.d) + qc;
+    if (a.codes)
+      return static_cast<float>(dot_i8(qi.data(), a.codes + static_cast<int64_t>(u) * a.d, a.d)) *
+                 qinv + qc;
     return dot(q, a.xb + static_cast<int64_t>(u) * a.d, a.d);
+  }
+#if defined(SS_AVX512)
+  // four code rows at once, the four horizontal sums in one transpose-and-add
+  void ip4(const int32_t* u, float* out) const {
+    const uint8_t* c[4];
+    for (int j = 0; j < 4; ++j) c[j] = a.codes + static_cast<int64_t>(u[j]) * a.d;
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                      _mm512_setzero_si512()};
+    for (int64_t t = 0; t < a.d; t += 64) {
+      const __m512i qv = _mm512_loadu_si512(qi.data() + t);
+      const __mmask64 m = a.d - t >= 64 ? ~uint64_t{0} : (~uint64_t{0}) >> (64 - (a.d - t));
+      for (int j = 0; j < 4; ++j)
+        acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_maskz_loadu_epi8(m, c[j] + t), qv);
+    }
+    __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[0], acc[1]),
+                                 _mm512_unpackhi_epi32(acc[0], acc[1]));
+    __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi32(acc[2], acc[3]),
+                                 _mm512_unpackhi_epi32(acc[2], acc[3]));
+    __m512i z = _mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y));
+    __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64(z, 1));
+    __m128i r = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_storeu_ps(out, _mm_fmadd_ps(_mm_cvtepi32_ps(r), _mm_set1_ps(qinv), _mm_set1_ps(qc)));
+  }
+#endif
+  mutable const int32_t* links = nullptr;  // the graph being walked, for prefetch_links
+  mutable int64_t width = 0;
+  void prefetch_links(int32_t u) const {
+    const char* r = reinterpret_cast<const char*>(links + static_cast<int64_t>(u) * width);
+    for (int64_t l = 0; l < width * 4; l += 64) _mm_prefetch(r + l, _MM_HINT_T0);
   }
   void prefetch(int32_t u) const {
     const char* p = a.codes ? reinterpret_cast<const char*>(a.codes + static_cast<int64_t>(u) * a.d)
@@ -452,22 +509,39 @@ struct Scorer {
 
 // Score the unvisited neighbours of ``node`` into the pool; lowers ``cur`` when one lands
 // before it. Returns the distance computations.
-int64_t expand(const Scorer& sc, bool angular, const int32_t* row, int32_t deg, int32_t* visited,
-               int32_t tag, Pool& pool, int64_t& cur, std::vector<int32_t>& fresh) {
-  for (int32_t t = 0; t < deg; ++t) _mm_prefetch(reinterpret_cast<const char*>(visited + row[t]), _MM_HINT_T0);
+int64_t expand(const Scorer& sc, bool angular, const int32_t* row, int32_t deg, Visited& visited,
+               Pool& pool, int64_t& cur, std::vector<int32_t>& fresh) {
   int64_t nf = 0;
-  for (int32_t t = 0; t < deg; ++t) {
-    int32_t u = row[t];
-    if (visited[u] != tag) {
-      visited[u] = tag;
-      fresh[nf++] = u;
-    }
+  uint8_t* tag = visited.tag;
+  int32_t* out = fresh.data();
+  const uint8_t ep = visited.epoch;
+  for (int32_t t = 0; t < deg; ++t) {  // branch-free: about half are visited already, at random
+    const int32_t u = row[t];
+    out[nf] = u;
+    nf += tag[u] != ep;
+    tag[u] = ep;
   }
   // a window of rows in flight ahead of the one scored: all at once overflows the CPU's
   // outstanding-miss buffers when rows span several cache lines
   const int64_t ahead = sc.window;
   for (int64_t t = 0; t < std::min(nf, ahead); ++t) sc.prefetch(fresh[t]);
-  for (int64_t t = 0; t < nf; ++t) {
+  int64_t t = 0;
+#if defined(SS_AVX512)
+  if (sc.a.codes) {
+    float s4[4];
+    for (; t + 4 <= nf; t += 4) {
+      for (int64_t j = t + ahead; j < std::min(nf, t + ahead + 4); ++j) sc.prefetch(fresh[j]);
+      sc.ip4(&fresh[t], s4);
+      for (int j = 0; j < 4; ++j) {
+        const int32_t u = fresh[t + j];
+        const float s = angular ? s4[j] * sc.a.inv_norm[u] : s4[j];
+        int64_t pos = pool.insert(u, s);
+        if (pos >= 0 && pos < cur) cur = pos;
+      }
+    }
+  }
+#endif
+  for (; t < nf; ++t) {
     if (t + ahead < nf) sc.prefetch(fresh[t + ahead]);
     int32_t u = fresh[t];
     float s = sc.ip(u);
@@ -479,51 +553,45 @@ int64_t expand(const Scorer& sc, bool angular, const int32_t* row, int32_t deg, 
 }
 
 int64_t best_first(const Scorer& sc, bool angular, const int32_t* links, int64_t width,
-                   const int32_t* degree, int32_t* visited, int32_t tag, Pool& pool,
+                   const int32_t* degree, Visited& visited, Pool& pool,
                    std::vector<int32_t>& fresh) {
+  sc.links = links;
+  sc.width = width;
   int64_t ndis = 0, cur = 0;
   for (;;) {
     while (cur < pool.size && pool.done[cur]) ++cur;
     if (cur >= pool.size) break;
     pool.done[cur] = 1;
     int32_t node = pool.ids[cur];
-    for (int64_t nx = cur + 1; nx < pool.size; ++nx) {  // the likely next node's links
-      if (!pool.done[nx]) {
-        const char* r = reinterpret_cast<const char*>(links + static_cast<int64_t>(pool.ids[nx]) * width);
-        _mm_prefetch(r, _MM_HINT_T0);
-        _mm_prefetch(r + 64, _MM_HINT_T0);
+    for (int64_t nx = cur + 1; nx < pool.size; ++nx) {
+      if (!pool.done[nx]) {  // the likely next node's links (two ahead measured no faster)
+        sc.prefetch_links(pool.ids[nx]);
+        _mm_prefetch(reinterpret_cast<const char*>(degree + pool.ids[nx]), _MM_HINT_T0);
         break;
       }
     }
     ndis += expand(sc, angular, links + static_cast<int64_t>(node) * width, degree[node],
-                   visited, tag, pool, cur, fresh);
+                   visited, pool, cur, fresh);
   }
   return ndis;
 }
 
-inline int32_t next_tag(int32_t* visited, int64_t n, int32_t tag) {
-  if (++tag >= TAG_LIMIT) {
-    std::memset(visited, 0, sizeof(int32_t) * n);
-    tag = 1;
-  }
-  return tag;
-}
 
 }  // namespace
 
-void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visited,
-                  int32_t* tag_io) {
+void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visited_row,
+                  uint8_t* epoch) {
   const int64_t cap = std::max(a.ef, a.angular_ef);
   Pool pool(cap);
   std::vector<int32_t> seeds(a.angular_ef);
   std::vector<int32_t> fresh(std::max(a.width, std::max(a.a_width0, a.a_width1)) + 1);
   std::vector<std::pair<float, int32_t>> best;
-  int32_t tag = *tag_io;
+  Visited visited{visited_row, a.n, *epoch};
   for (int64_t i = q_lo; i < q_hi; ++i) {
     const float* q = a.Q + i * a.d;
     Scorer sc(a, q);
+    visited.next();
     // angular HNSW: greedy through the upper levels, then best-first with beam angular_ef
-    tag = next_tag(visited, a.n, tag);
     int32_t cur_node = static_cast<int32_t>(a.a_entry);
     float best_s = sc.ip(cur_node) * a.inv_norm[cur_node];
     int64_t nd_a = 1;
@@ -543,22 +611,21 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visit
         }
       }
     }
-    visited[cur_node] = tag;
+    visited.mark(cur_node);
     pool.size = 0;
     pool.cap = a.angular_ef;
     pool.insert(cur_node, best_s);
-    nd_a += best_first(sc, true, a.a_links0, a.a_width0, a.a_degree0, visited, tag, pool, fresh);
+    nd_a += best_first(sc, true, a.a_links0, a.a_width0, a.a_degree0, visited, pool, fresh);
     const int64_t n_seeds = pool.size;
     std::copy(pool.ids.begin(), pool.ids.begin() + n_seeds, seeds.begin());
     // the seeded inner-product search
-    tag = next_tag(visited, a.n, tag);
+    visited.next();
     pool.size = 0;
     pool.cap = a.ef;
     int64_t nd_ip = 0;
     for (int64_t t = 0; t < n_seeds; ++t) {
       int32_t s = seeds[t];
-      if (visited[s] == tag) continue;
-      visited[s] = tag;
+      if (!visited.mark(s)) continue;
       ++nd_ip;
       int64_t pos = pool.insert(s, sc.ip(s));
       if (pos >= 0) pool.done[pos] = 1;  // expanded just below
@@ -567,9 +634,9 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visit
     for (int64_t t = 0; t < n_seeds; ++t) {
       int32_t s = seeds[t];
       nd_ip += expand(sc, false, a.links + static_cast<int64_t>(s) * a.width, a.degree[s],
-                      visited, tag, pool, cur, fresh);
+                      visited, pool, cur, fresh);
     }
-    nd_ip += best_first(sc, false, a.links, a.width, a.degree, visited, tag, pool, fresh);
+    nd_ip += best_first(sc, false, a.links, a.width, a.degree, visited, pool, fresh);
     a.out_ndis[2 * i] = nd_a;
     a.out_ndis[2 * i + 1] = nd_ip;
     int32_t* op = a.out_pos + i * a.k;
@@ -598,7 +665,7 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, int32_t* visit
     }
     for (; j < a.k; ++j) { op[j] = -1; os[j] = NEG_INF; }
   }
-  *tag_io = tag;
+  *epoch = visited.epoch;
 }
 
 }  // namespace SIMSEARCH_NS

@@ -1,5 +1,5 @@
 // simsearch._simd: the compiled kernels' bindings. Picks the instruction set once at import from
-// what the CPU reports (AVX-512 F/BW/VL/DQ, else AVX2 + FMA, else scalar); set_isa() forces one
+// what the CPU reports (AVX-512 F/BW/VL/DQ/VNNI, else AVX2 + FMA, else scalar); set_isa() forces one
 // (tests compare every path on the same machine). Kernels release the GIL and split a batch of
 // queries over n_threads std::threads. Shapes and types are checked here; the Python wrappers
 // (simsearch._simd_kernels) build the arguments.
@@ -31,6 +31,7 @@ bool cpu_has(Isa isa) {
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vnni") &&
              cpu_has(Isa::avx2);
   }
   return false;
@@ -161,8 +162,8 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
                   In<float> inv_norm, In<uint8_t> live, In<int32_t> a_links0,
                   In<int32_t> a_degree0, In<int32_t> a_upper_links, In<int32_t> a_upper_degree,
                   In<int64_t> a_upper_start, int64_t a_entry, int64_t a_max_level,
-                  In<int32_t> links, In<int32_t> degree, Out<int32_t> visited,
-                  Out<int64_t> tags, Out<int32_t> out_pos, Out<float> out_scores,
+                  In<int32_t> links, In<int32_t> degree, Out<uint8_t> visited,
+                  Out<uint8_t> epochs, Out<int32_t> out_pos, Out<float> out_scores,
                   Out<int64_t> out_ndis, int n_threads) {
   require(Q.ndim() == 2 && xb.ndim() == 2 && Q.shape(1) == xb.shape(1), "Q (nq, d), xb (n, d)");
   const int64_t nq = Q.shape(0), d = Q.shape(1), n = xb.shape(0);
@@ -184,9 +185,9 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   require(k >= 1 && ef >= 1 && angular_ef >= 1 && rerank >= 0, "k, ef, angular_ef >= 1");
   const int threads = resolve_threads(n_threads, nq);
   require(visited.ndim() == 2 && visited.shape(0) >= static_cast<size_t>(threads) &&
-              visited.shape(1) >= static_cast<size_t>(n) && tags.ndim() == 1 &&
-              tags.shape(0) >= static_cast<size_t>(threads),
-          "visited (threads, n) and tags (threads,)");
+              visited.shape(1) >= static_cast<size_t>(n) && epochs.ndim() == 1 &&
+              epochs.shape(0) >= static_cast<size_t>(threads),
+          "visited (threads, n) and epochs (threads,)");
   require(out_pos.ndim() == 2 && out_pos.shape(0) == static_cast<size_t>(nq) &&
               out_pos.shape(1) == static_cast<size_t>(k) && out_scores.ndim() == 2 &&
               out_scores.shape(0) == static_cast<size_t>(nq) &&
@@ -204,12 +205,10 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   a.a_entry = a_entry; a.a_max_level = a_max_level;
   a.links = links.data(); a.width = links.shape(1); a.degree = degree.data();
   a.out_pos = out_pos.data(); a.out_scores = out_scores.data(); a.out_ndis = out_ndis.data();
-  const int64_t vstride = visited.shape(1);
   const auto run = kernels().graph_search;
+  const int64_t vstride = visited.shape(1);
   parallel_blocks(nq, threads, [&](int64_t lo, int64_t hi, int w) {
-    int32_t tag = static_cast<int32_t>(tags.data()[w]);
-    run(a, lo, hi, visited.data() + w * vstride, &tag);
-    tags.data()[w] = tag;
+    run(a, lo, hi, visited.data() + w * vstride, epochs.data() + w);
   });
 }
 

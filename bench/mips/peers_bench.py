@@ -40,7 +40,7 @@ K = 10
 N_SAMPLE = 200
 LOADS = {"fi-300": {"n_queries": 1200}, "glove-50": {"n_base": 100_000, "n_queries": 1200},
          "synthetic-longtail": {"n": 200_000, "n_queries": 1200}, "ml100k-svd": {}}
-EFS = [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+EFS = [10, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256, 384, 512]
 # (share of the lists probed, candidates re-ranked exactly)
 PAIRS = [(f, r) for f in (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
          for r in (20, 50, 100, 200, 400)]
@@ -170,9 +170,11 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
     fr = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0]
     return [
         ("simsearch ip-NSW+ M=32 (sq8 walk)", ss_index(lambda: ss.create_index(
-            "ipnsw-plus", d, "ip", M=32, progress=False, sq8=True), lambda v: {"ef": v}), EFS),
+            "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, sq8=True),
+            lambda v: {"ef": v}), EFS),
         ("simsearch ip-NSW+ M=32 (float walk)", ss_index(lambda: ss.create_index(
-            "ipnsw-plus", d, "ip", M=32, progress=False), lambda v: {"ef": v}), EFS),
+            "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False),
+            lambda v: {"ef": v}), EFS),
         ("simsearch NEQ fast-scan", neq, PAIRS),
         ("simsearch norm-ivf", ss_index(lambda: ss.create_index("norm-ivf", d, "ip", n_lists=nl),
                                         lambda v: {"n_probe": v}),

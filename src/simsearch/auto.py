@@ -81,7 +81,7 @@ def _norm_ivf_build(dim: int, n: int) -> dict:
 _FINALISTS = 3  # at most this many candidates are built and tuned on all the data ...
 _FINALIST_SPREAD = 4.0  # ... those estimated within this factor of the cheapest
 _FAMILY_SPREAD = 16.0  # and the best of each kind of method within this factor
-_EFS = (10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+_EFS = (10, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128, 192, 256, 384, 512)
 _PROBES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 CANDIDATES = {
@@ -100,7 +100,8 @@ CANDIDATES = {
     "neq-fast-scan": Candidate("neq", _neq_fast_build, "n_probe", _PROBES, "sqrt", ("ip",),
                                bytes_per_item=24, fixed={"rerank": 100}),
     # M=32: on glove-50 recall 0.917 at ef=32 where M=16 needs ef=64 (docs/kernels.md)
-    "ipnsw-plus-sq8": Candidate("ipnsw-plus", {"M": 32, "progress": False, "sq8": True}, "ef",
+    "ipnsw-plus-sq8": Candidate("ipnsw-plus", {"M": 32, "ef_construction": 200,
+                                                "progress": False, "sq8": True}, "ef",
                                 _EFS, "log", ("ip",), bytes_per_item=1100),
 }
 

@@ -134,8 +134,8 @@ def sq8_encode(x: np.ndarray, vmin: np.ndarray, vstep: np.ndarray) -> np.ndarray
 
 
 class _VisitedPool:
-    """Reusable visited arrays (one row per thread), so a search allocates nothing of size n
-    and concurrent searches never share one."""
+    """Reusable visited marks (one row of one-byte epochs per thread, and each row's last
+    epoch), so a search allocates nothing of size n and concurrent searches never share one."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -145,10 +145,10 @@ class _VisitedPool:
         with self._lock:
             free = self._free.get(n_rows, [])
             while free:
-                vis, tags = free.pop()
+                vis, epochs = free.pop()
                 if vis.shape[1] >= n:
-                    return vis, tags
-        return np.zeros((n_rows, max(n, 1)), np.int32), np.zeros(n_rows, np.int64)
+                    return vis, epochs
+        return np.zeros((n_rows, max(n, 1)), np.uint8), np.zeros(n_rows, np.uint8)
 
     def release(self, item: tuple[np.ndarray, np.ndarray]) -> None:
         with self._lock:
@@ -412,12 +412,12 @@ class IPNSWPlus(BeamFilterHooks, Index):
         pos = np.empty((nq, k), np.int32)
         scores = np.empty((nq, k), np.float32)
         ndis = np.zeros((nq, 2), np.int64)
-        vis, tags = item = self._pool.acquire(threads, n)
+        vis, epochs = item = self._pool.acquire(threads, n)
         try:
             _simd.graph_search(q, k, ef, angular_ef, rerank, xb[:n], codes[:n], vmin, vstep,
                                inv_norm, live.view(np.uint8), g["links0"], g["degree0"],
                                g["upper_links"], g["upper_degree"], g["upper_start"], g["entry"],
-                               g["max_level"], links[:n], degree[:n], vis, tags, pos, scores,
+                               g["max_level"], links[:n], degree[:n], vis, epochs, pos, scores,
                                ndis, threads)  # fmt: skip
         finally:
             self._pool.release(item)
