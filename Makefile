@@ -1,10 +1,11 @@
 # Set-up and checks for a fresh machine. Everything installs into $(VENV).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
+# every install pinned by constraints.txt (also inside pip's isolated build environment)
+PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TEST_EXTRAS ?= dev,bench,service,strings,cluster
 
-.PHONY: demo test lint bench-smoke clean
+.PHONY: demo test lint bench-smoke clean constraints
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -16,10 +17,18 @@ demo: $(PY)
 
 test: $(PY)
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 lint: $(PY)
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/lint-imports
+
+# refresh the pins from the working .venv (then run make test in a fresh clone before committing)
+constraints: $(PY)
+	{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable | \
+	  sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 bench-smoke: $(PY)
 	$(PY) -m bench run bench/configs/smoke.yaml

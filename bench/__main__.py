@@ -8,7 +8,7 @@ import os
 import sys
 
 from . import runner
-from .adapters import ADAPTERS
+from .registry import ADAPTERS
 
 
 def _threads(text: str) -> list[int]:

@@ -284,7 +284,7 @@ def simsearch_adapter(kind: str, *, exact: bool = False) -> type[SimsearchAdapte
     )
 
 
-#: adapter name -> class; one line per algorithm.
+#: the core adapters (bench.registry adds each algorithm family's)
 ADAPTERS: dict[str, type[Adapter]] = {
     "faiss-flat": FaissFlat,
     "faiss-hnsw": FaissHNSW,
@@ -294,21 +294,3 @@ ADAPTERS: dict[str, type[Adapter]] = {
     "simsearch-flat": simsearch_adapter("flat", exact=True),
     "simsearch-hnsw": simsearch_adapter("hnsw"),
 }
-
-
-def make_adapter(name: str, metric: str, **build_params: Any) -> Adapter:
-    """Instantiate the adapter registered as ``name``."""
-    try:
-        cls = ADAPTERS[name]
-    except KeyError:
-        raise ValueError(f"unknown adapter {name!r}; known: {sorted(ADAPTERS)}") from None
-    return cls(metric, **build_params)
-
-
-# Algorithm families register their adapters in ADAPTERS on import.
-from . import (  # noqa: E402, F401
-    adapters_graph,  # ip-NSW+
-    adapters_lsh,  # Simple-LSH, Norm-Ranging LSH, faiss IndexLSH + re-rank
-    adapters_quant,  # NEQ, faiss quantizers + re-rank
-    adapters_scann,  # ScaNN: tree + anisotropic hashing + exact re-ordering
-)

@@ -1,17 +1,14 @@
 """Benchmark adapters for ip-NSW+ (simsearch.graph) and an hnswlib adapter that counts its
-distance computations. Registered into bench.adapters.ADAPTERS on import (bench/adapters.py
-imports this module)."""
+distance computations. Listed in ``ADAPTERS`` (bench/registry.py merges it)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
 from simsearch.graph import _kernels as K
-from simsearch.graph.ipnsw_plus import extract_hnswlib_graph
+from simsearch.hnsw import hnswlib_graph
 
-from .adapters import ADAPTERS, HnswlibRaw, SimsearchAdapter
+from .adapters import HnswlibRaw, SimsearchAdapter
 
 
 class IPNSWPlusAdapter(SimsearchAdapter):
@@ -28,12 +25,6 @@ class IPNSWPlusAdapter(SimsearchAdapter):
         self.build_seconds = self.index.build_seconds
         self.memory_bytes = self.index.memory_bytes()
 
-    def query(self, q: np.ndarray, k: int, **search_params: Any) -> np.ndarray:
-        stats: dict[str, int] = {}
-        res = self.index.search(q, k, n_threads=self.n_threads, stats=stats, **search_params)
-        nq = max(stats.pop("queries"), 1)
-        self._work = {key: v / nq for key, v in stats.items()}
-        return res.ids
 
 
 class HnswlibCounted(HnswlibRaw):
@@ -62,7 +53,7 @@ class HnswlibCounted(HnswlibRaw):
         q, k, ef, ids = self._last
         self._last = None
         if self._graph is None:
-            self._graph = extract_hnswlib_graph(self.index)
+            self._graph = hnswlib_graph(self.index)
         g = self._graph
         pos, ndis = K.hnsw_query_batch(
             self.prep(q), k, ef, self._base, np.ones(1, np.float32), False, g["links0"],
@@ -74,5 +65,4 @@ class HnswlibCounted(HnswlibRaw):
         return {"distances": float(ndis.mean()), "replay_agreement": agree}
 
 
-ADAPTERS["ipnsw-plus"] = IPNSWPlusAdapter
-ADAPTERS["hnswlib-counted"] = HnswlibCounted
+ADAPTERS = {"ipnsw-plus": IPNSWPlusAdapter, "hnswlib-counted": HnswlibCounted}

@@ -1,5 +1,5 @@
 """Benchmark adapters for Simple-LSH / Norm-Ranging LSH and faiss IndexLSH with exact re-ranking.
-Registered into bench.adapters.ADAPTERS on import (bench/adapters.py imports this module)."""
+Listed in ``ADAPTERS`` (bench/registry.py merges it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from simsearch.flat import topk_from_scores
 
-from .adapters import ADAPTERS, Adapter, SimsearchAdapter
+from .adapters import Adapter, SimsearchAdapter
 
 
 class LSHAdapter(SimsearchAdapter):
@@ -73,11 +73,8 @@ def _kind(kind: str) -> type[LSHAdapter]:
     })  # fmt: skip
 
 
-def register(registry: dict) -> None:
-    """Add the LSH adapters to the bench registry (bench.adapters.ADAPTERS)."""
-    registry["simsearch-simple-lsh"] = _kind("simple-lsh")
-    registry["simsearch-nr-lsh"] = _kind("nr-lsh")
-    registry["faiss-lsh-rerank"] = FaissLSHRerank
-
-
-register(ADAPTERS)
+ADAPTERS = {
+    "simsearch-simple-lsh": _kind("simple-lsh"),
+    "simsearch-nr-lsh": _kind("nr-lsh"),
+    "faiss-lsh-rerank": FaissLSHRerank,
+}

@@ -1,7 +1,7 @@
 """Benchmark adapters for NEQ (simsearch "neq") and its equal-bits faiss baselines, both with an
 optional exact re-rank of the scan's best ``rerank`` items so the QPS runner can sweep recall.
-The paper's recall-within-top-T tables come from bench/quant/bench.py instead. Registered into
-bench.adapters.ADAPTERS by :func:`register`."""
+The paper's recall-within-top-T tables come from bench/quant/bench.py instead. Listed in
+bench.registry."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from simsearch.flat import topk_from_scores
 from simsearch.quant import faiss_baseline, pad, padded_dim
 
-from .adapters import ADAPTERS, Adapter, SimsearchAdapter
+from .adapters import Adapter, SimsearchAdapter
 
 
 def _sample(base: np.ndarray, train_size: int, seed: int = 0) -> np.ndarray:
@@ -83,10 +83,4 @@ class FaissQuantRerank(Adapter):
         return int(faiss.serialize_index(self.index).nbytes + self.x.nbytes)
 
 
-def register(registry: dict) -> None:
-    """Add the quantization adapters to the bench registry (bench.adapters.ADAPTERS)."""
-    registry["simsearch-neq"] = NEQAdapter
-    registry["faiss-quant-rerank"] = FaissQuantRerank
-
-
-register(ADAPTERS)
+ADAPTERS = {"simsearch-neq": NEQAdapter, "faiss-quant-rerank": FaissQuantRerank}

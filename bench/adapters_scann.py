@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .adapters import ADAPTERS, Adapter
+from .adapters import Adapter
 
 _DISTANCE = {"ip": "dot_product", "cosine": "dot_product", "l2": "squared_l2"}
 
@@ -54,4 +54,4 @@ class ScaNN(Adapter):
         return int(self.nbytes * 1.25)
 
 
-ADAPTERS["scann"] = ScaNN
+ADAPTERS = {"scann": ScaNN}

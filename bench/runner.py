@@ -9,7 +9,7 @@ Config (see ``bench/configs/``)::
     timing: {rounds: 3, latency_queries: 200, min_seconds: 0.1}
     compare: [[simsearch-hnsw, hnswlib]]   # candidate vs baseline, QPS at equal recall
     algorithms:
-      - adapter: hnswlib               # a name in bench.adapters.ADAPTERS
+      - adapter: hnswlib               # a name in bench.registry.ADAPTERS
         label: hnswlib                 # optional; defaults to the adapter name
         build: {M: 16, ef_construction: [100, 200]}   # lists expand as a product
         search: {ef: [10, 20, 40]}                     # swept without rebuilding
@@ -57,7 +57,7 @@ from simsearch.eval import (
     value_at_recall,
 )
 
-from .adapters import ADAPTERS, make_adapter
+from .registry import ADAPTERS, make_adapter
 
 log = logging.getLogger(__name__)
 

@@ -70,9 +70,11 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
     announced = np.zeros(N, bool)  # ids handed to add() so far: all a search may ever return
     announced[:first] = True
     present = set(range(first))
+    removed = np.zeros(N, bool)  # ids whose remove() has returned
     stop = threading.Event()
     errors: list[str] = []
     bad_ids = [0]
+    stale = [0]  # searches that started after a remove returned yet gave back a removed id
     searches = [0]
 
     def reader(r: int) -> None:
@@ -91,6 +93,7 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
                     flt = {"deny": [local.choice(N, 200, replace=False) for _ in range(nq)]}
                     for i, d in enumerate(flt["deny"]):
                         ok[i, d] = False
+            gone = removed.copy()  # removes that returned before this search starts
             try:
                 res = idx.search(q, K, **flt, **case.search_kw)
             except Exception as exc:  # any error is a failure of the rule
@@ -103,6 +106,8 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
             got = ids[ids >= 0]
             if (ids < -1).any() or (got >= N).any() or not announced[got].all():
                 bad_ids[0] += 1
+            elif gone[got].any():
+                stale[0] += 1
             elif ok is not None and not all(ok[i, row[row >= 0]].all()
                                             for i, row in enumerate(ids)):
                 bad_ids[0] += 1  # a filtered search returned an id its filter leaves out
@@ -124,6 +129,7 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
                 if case.supports_remove:
                     gone = rng.choice(sorted(present), BATCH // 5, replace=False)
                     idx.remove(gone)
+                    removed[gone] = True
                     present.difference_update(gone.tolist())
                 if rnd % SAVE_EVERY == 0:
                     _save(idx, path)
@@ -145,6 +151,7 @@ def stress(case: Case, metric: str, seed: int = 0) -> dict:
     return {
         "errors": errors,
         "bad_ids": bad_ids[0],
+        "stale_ids": stale[0],
         "searches": searches[0],
         "len": len(idx),
         "expected_len": int(final.size),

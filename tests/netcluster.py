@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from netns import Host, Net
-from simsearch.pyramid.control.etcd import Etcd, LocalEtcd, embedded_is_safe
+from simsearch.pyramid.control.etcd import Etcd
+from simsearch.pyramid.control.etcd_server import LocalEtcd, embedded_is_safe
 
 log = logging.getLogger(__name__)
 

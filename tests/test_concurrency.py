@@ -16,6 +16,8 @@ def test_searches_during_writes(case_id, metric):
     assert report["errors"] == [], report["errors"]
     assert report["searches"] > 0, "no search ran alongside the writes"
     assert report["bad_ids"] == 0, "a search returned an id that was never added"
+    assert report["stale_ids"] == 0, \
+        "a search that started after a remove returned gave back the removed id"
     assert report["len"] == report["expected_len"]
     case = ALL[case_id]
     if case.exact:

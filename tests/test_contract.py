@@ -262,3 +262,33 @@ def test_interrupted_save_keeps_old_file(case, metric, data, tmp_path, monkeypat
 def test_every_registered_kind_is_in_the_suite():
     missing = set(ss.index_kinds()) - {c.id for c in CASES}
     assert not missing, f"add a Case line to tests/contract.py for: {sorted(missing)}"
+
+
+# bad values of every search parameter a kind declares: each must be refused with a typed error
+# that names the parameter, never silently accepted (or clamped into something else)
+_BAD_INT = [0, -5, 1.5, "8", True, None, 2**62]
+_BAD_SEARCH = {
+    "ef": _BAD_INT, "angular_ef": _BAD_INT, "n_probe": _BAD_INT, "max_items": _BAD_INT,
+    "n_probe_items": _BAD_INT, "branching": _BAD_INT, "meta_ef": _BAD_INT, "min_ef": _BAD_INT,
+    "rerank": [-1, 1.5, "8", True, 2**62], "n_candidates": _BAD_INT,
+    "n_threads": [0, -2, 1025, 1.5, "2", True],
+    "ranking": ["nope", 3], "list_ranking": ["nope", 3], "part_effort": ["nope", 3],
+    "prune": ["yes", 2], "require_complete": ["yes", 2],
+}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id != "auto"], ids=lambda c: c.id)
+def test_bad_search_parameters_are_refused(case, data):
+    base, queries = data
+    metric = case.metrics[0]
+    idx = built(case, metric, base[:300])
+    accepted = []
+    for name in sorted(idx.search_params):
+        for value in _BAD_SEARCH.get(name, []):
+            try:
+                idx.search(queries[:2], K, **{**case.search_kw, name: value})
+            except errors.InvalidParameterError as exc:
+                assert name in str(exc), f"{name}={value!r}: the error does not name it: {exc}"
+            else:
+                accepted.append(f"{name}={value!r}")
+    assert not accepted, f"{case.id} silently accepted {accepted}"

@@ -16,7 +16,8 @@ from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
 from simsearch.graph import IPNSWPlus
 from simsearch.graph import _kernels as K
-from simsearch.graph.ipnsw_plus import extract_hnswlib_graph, insert_items
+from simsearch.graph.ipnsw_plus import insert_items
+from simsearch.hnsw import hnswlib_graph
 
 # -- slow references ---------------------------------------------------------------------------
 
@@ -163,10 +164,8 @@ def test_insert_batch_matches_reference(batch):
     links = np.full((n, 2 * M), -1, np.int32)
     degree = np.zeros(n, np.int32)
     ls = np.full((n, 2 * M), -np.inf, np.float32)
-    vis, tags = np.zeros((1, n), np.int32), np.zeros(1, np.int64)
-    for s in range(0, n, batch):
-        K.insert_batch(xb, links, degree, ls, s, min(n, s + batch), seeds[s : s + batch], ef, M,
-                       vis, tags)  # fmt: skip
+    insert_items(xb, links, degree, ls, 0, n, seeds, ef, M, batch, np.zeros((1, n), np.int32),
+                 np.zeros(1, np.int64), 1)  # fmt: skip
     got = [sorted(links[i, : degree[i]].tolist()) for i in range(n)]
     assert got == ref_build(xb, seeds, M, ef, batch)
     # the threaded driver builds the same graph
@@ -187,7 +186,7 @@ def test_hnsw_replay_matches_hnswlib():
     h.init_index(max_elements=3000, M=6, ef_construction=50, random_seed=1)
     perm = rng.permutation(3000)
     h.add_items(base, perm, num_threads=1)  # internal ids != labels
-    g = extract_hnswlib_graph(h)
+    g = hnswlib_graph(h)
     assert g["max_level"] >= 1
     base_by_label = np.empty_like(base)
     base_by_label[perm] = base
@@ -216,15 +215,13 @@ def test_recall_on_longtail(built, longtail):
 
 def test_stats_and_threads(built, longtail):
     _, queries, _ = longtail
-    s1, s2 = {}, {}
-    a = built.search(queries, 10, ef=32, stats=s1)
-    b = built.search(queries, 10, ef=32, n_threads=2, stats=s2)
+    a = built.search(queries, 10, ef=32)
+    b = built.search(queries, 10, ef=32, n_threads=2)
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_array_equal(a.scores, b.scores)
-    assert s1 == s2 and s1["distances"] == s1["angular"] + s1["ip"] > 0
-    assert s1["queries"] == len(queries)
-    wide = {}
-    built.search(queries, 10, ef=128, stats=wide)
+    s1 = a.stats
+    assert s1 == b.stats and s1["distances"] == s1["angular"] + s1["ip"] > 0
+    wide = built.search(queries, 10, ef=128).stats
     assert wide["ip"] > s1["ip"]
 
 
@@ -288,4 +285,4 @@ def test_bad_parameters():
     with pytest.raises(errors.InvalidParameterError, match="n_threads"):
         idx.search(q, 5, n_threads=-2)
     with pytest.raises(errors.InvalidParameterError, match="stats"):
-        idx.search(q, 5, stats=[])
+        idx.search(q, 5, stats={})  # counters come back in the result

@@ -4,7 +4,7 @@ from . import errors
 from .auto import AutoIndex, auto_index
 from .flat import FlatIndex
 from .hnsw import HNSWIndex
-from .index import Index, SearchResult, create_index, index_kinds, load
+from .index import Index, SearchResult, create_index, index_kinds, load, loads
 from .normscan import NormIVFIndex, NormScanIndex
 from .service.client import connect  # imports grpc only when called
 
@@ -24,5 +24,6 @@ __all__ = [
     "errors",
     "index_kinds",
     "load",
+    "loads",
     "__version__",
 ]

@@ -5,28 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-
-@njit(cache=True, inline="always")
-def _worse(va, ta, vb, tb):
-    """Is (value a, tiebreak a) worse than b? Larger value wins; equal values: smaller tiebreak."""
-    return va < vb or (va == vb and ta > tb)
-
-
-@njit(cache=True, inline="always")
-def _sift_down(hv, ht, hp, i, size):
-    """Restore the worst-at-root heap below position i."""
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            return
-        if c + 1 < size and _worse(hv[c + 1], ht[c + 1], hv[c], ht[c]):
-            c += 1
-        if not _worse(hv[c], ht[c], hv[i], ht[i]):
-            return
-        hv[i], hv[c] = hv[c], hv[i]
-        ht[i], ht[c] = ht[c], ht[i]
-        hp[i], hp[c] = hp[c], hp[i]
-        i = c
+from . import _heap as H
 
 
 @njit(cache=True)
@@ -50,38 +29,22 @@ def topk_rows(scores, k, sign, tiebreak):
                 size += 1
                 if size == kk:
                     for i in range(kk // 2 - 1, -1, -1):
-                        _sift_down(hv, ht, hp, i, kk)
+                        H.sift_down_carry(hv, ht, hp, i, kk)
             elif v >= hv[0]:  # most items fail this and cost one compare
                 t = tiebreak[j]
                 if v > hv[0] or t < ht[0]:
                     hv[0], ht[0], hp[0] = v, t, j
-                    _sift_down(hv, ht, hp, 0, kk)
+                    H.sift_down_carry(hv, ht, hp, 0, kk)
         if size < kk:
             for i in range(size // 2 - 1, -1, -1):
-                _sift_down(hv, ht, hp, i, size)
+                H.sift_down_carry(hv, ht, hp, i, size)
         for slot in range(size - 1, -1, -1):  # pop the worst into the back
             pos[r, slot] = hp[0]
             out[r, slot] = sign * hv[0]
             size -= 1
             hv[0], ht[0], hp[0] = hv[size], ht[size], hp[size]
-            _sift_down(hv, ht, hp, 0, size)
+            H.sift_down_carry(hv, ht, hp, 0, size)
     return pos, out
-
-
-@njit(cache=True, inline="always")
-def _sift2(hv, ht, i, size):
-    """Restore a worst-at-root heap of (score, id) below position i."""
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            return
-        if c + 1 < size and _worse(hv[c + 1], ht[c + 1], hv[c], ht[c]):
-            c += 1
-        if not _worse(hv[c], ht[c], hv[i], ht[i]):
-            return
-        hv[i], hv[c] = hv[c], hv[i]
-        ht[i], ht[c] = ht[c], ht[i]
-        i = c
 
 
 @njit(cache=True)
@@ -96,20 +59,8 @@ def heap_push_block(scores, ids, rows, heap_s, heap_i, sizes):
         size = sizes[q]
         for j in range(scores.shape[1]):
             v = scores[r, j]
-            if size < k:
-                pos = size  # sift the new item up
-                size += 1
-                while pos > 0:
-                    parent = (pos - 1) // 2
-                    if not _worse(v, ids[j], hv[parent], ht[parent]):
-                        break
-                    hv[pos], ht[pos] = hv[parent], ht[parent]
-                    pos = parent
-                hv[pos], ht[pos] = v, ids[j]
-            elif v >= hv[0]:  # most items fail this and cost one compare
-                if v > hv[0] or ids[j] < ht[0]:
-                    hv[0], ht[0] = v, ids[j]
-                    _sift2(hv, ht, 0, k)
+            if size < k or v >= hv[0]:  # most items fail this and cost one compare
+                size = H.push(hv, ht, size, v, ids[j])
         sizes[q] = size
 
 
@@ -119,13 +70,7 @@ def heap_finish(heap_s, heap_i, sizes):
     for q in range(heap_s.shape[0]):
         hv = heap_s[q]
         ht = heap_i[q]
-        size = sizes[q]
-        for slot in range(size - 1, -1, -1):
-            v, t = hv[0], ht[0]
-            size_left = slot
-            hv[0], ht[0] = hv[size_left], ht[size_left]
-            _sift2(hv, ht, 0, size_left)
-            hv[slot], ht[slot] = v, t
+        H.sort_best_first(hv, ht, sizes[q])
         for slot in range(sizes[q], heap_s.shape[1]):
             hv[slot], ht[slot] = -np.inf, -1
 
@@ -157,20 +102,7 @@ def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht, allowed):
                 continue
             v = _dot(qr, x[i])
             n_read += 1
-            t = ids[i]
-            if size < k:
-                pos = size  # sift the new item up
-                size += 1
-                while pos > 0:
-                    parent = (pos - 1) // 2
-                    if not _worse(v, t, hv[parent], ht[parent]):
-                        break
-                    hv[pos], ht[pos] = hv[parent], ht[parent]
-                    pos = parent
-                hv[pos], ht[pos] = v, t
-            elif v > hv[0] or (v == hv[0] and t < ht[0]):
-                hv[0], ht[0] = v, t
-                _sift2(hv, ht, 0, k)
+            size = H.push(hv, ht, size, v, ids[i])
     return size, n_read
 
 

@@ -47,6 +47,15 @@ def prefetch(typingctx, arr, i, j):
     return types.void(arr, i, j), codegen
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; a container's or taskset's limit),
+    which sizes every thread pool here; os.cpu_count() counts the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 # numba's thread count is per thread: a limit set on the main thread does not reach a server's
 # worker threads. So the process-wide width lives here and every parallel kernel call applies it
 # in its own thread through kernel_threads(). SIMSEARCH_NUM_THREADS sets it at start-up.
@@ -72,33 +81,15 @@ def kernel_width(n_threads: int | None = None) -> int:
     return max(1, min(int(n_threads), cap))
 
 
-_blas = None  # threadpoolctl's controller, made on first use (it scans the loaded libraries)
-
-
-def _blas_one_thread():
-    """A context keeping BLAS on the calling thread. OpenBLAS's workers busy-wait after a
-    multi-threaded product; on a small machine they take the cores from the numba threads
-    that follow (a 27 us ranking product halved a 2-thread NormIVF search: docs/benchmarks.md).
-    The limit is process-wide, so concurrent callers may see BLAS narrowed for a moment: a cost
-    in speed only."""
-    global _blas
-    if _blas is None:
-        from threadpoolctl import ThreadpoolController
-
-        _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")
-
-
 @contextlib.contextmanager
 def kernel_threads(n_threads: int | None = None) -> Iterator[int]:
     """Run parallel kernels in this thread at ``kernel_width(n_threads)``; yields the width.
-    With more than one thread, BLAS calls made inside stay on one thread (``_blas_one_thread``):
-    enter it before the search's own matrix products, not just around the kernel."""
+    BLAS is not touched here: its limit is process-wide, so it is set once where a process
+    starts (eval.thread_limit: the server, the demo, the benches), never per search."""
     width = kernel_width(n_threads)
     old = numba.get_num_threads()
     numba.set_num_threads(width)
     try:
-        with _blas_one_thread() if width > 1 else contextlib.nullcontext():
-            yield width
+        yield width
     finally:
         numba.set_num_threads(old)

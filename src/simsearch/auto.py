@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ import numpy as np
 
 from .errors import InvalidParameterError
 from .filters import IdFilter
-from .index import Index, SearchResult, as_matrix, create_index, load, register
+from .index import Index, SearchResult, as_matrix, create_index, loads, register
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +243,12 @@ class AutoIndex(Index):
         self._queries: np.ndarray | None = None  # the caller's sample queries, if any
         self._chosen: str | None = None
 
+    def sample_queries(self, queries: Any) -> AutoIndex:
+        """Tune on these queries (rows of ``dim``) instead of held-out items; call before the
+        first ``add``. Returns the index."""
+        self._queries = as_matrix(queries, self.dim, self.metric, "queries")
+        return self
+
     @property
     def chosen(self) -> str | None:
         """The chosen candidate's name (a key of CANDIDATES), None before the first add."""
@@ -437,26 +441,13 @@ class AutoIndex(Index):
         meta = {"defaults": self._defaults, "report": self.report, "chosen": self._chosen}
         if self._inner is None:
             return meta, {}
-        fd, tmp = tempfile.mkstemp(suffix=".idx")
-        os.close(fd)
-        try:
-            self._inner.save(tmp)
-            blob = np.fromfile(tmp, np.uint8)
-        finally:
-            os.unlink(tmp)
-        return meta, {"inner": blob}
+        return meta, {"inner": np.frombuffer(self._inner.to_bytes(), np.uint8)}
 
     def _set_state(self, meta, arrays):
         self._defaults, self.report = dict(meta["defaults"]), meta["report"]
         self._chosen = meta.get("chosen")
         if "inner" in arrays:
-            fd, tmp = tempfile.mkstemp(suffix=".idx")
-            os.close(fd)
-            try:
-                arrays["inner"].tofile(tmp)
-                self._inner = load(tmp)
-            finally:
-                os.unlink(tmp)
+            self._inner = loads(arrays["inner"])
             if self._chosen is None:  # a file from before candidates had their own names
                 self._chosen = self._inner.kind
 
@@ -483,7 +474,7 @@ def auto_index(x: Any, metric: str = "ip", target_recall: float = 0.9, queries: 
     idx = AutoIndex(x.shape[1], metric, target_recall=target_recall, k=k,
                     memory_budget=memory_budget, progress=progress, **params)
     if queries is not None:
-        idx._queries = as_matrix(queries, x.shape[1], metric, "queries")
+        idx.sample_queries(queries)
     idx.add(x, ids)
     return idx
 

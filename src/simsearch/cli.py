@@ -65,6 +65,27 @@ def _data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backup(args: argparse.Namespace) -> int:
+    from . import connect
+    from .errors import SimsearchError
+    from .service.backup import backup, restore
+
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    try:
+        with connect(args.address, token=token, tls_ca=args.tls_ca, timeout=3600) as client:
+            if args.command == "backup":
+                done = backup(client, args.file, args.collection or None)
+                print(f"backed up {len(done)} collection(s) to {args.file}: {', '.join(done)}")
+            else:
+                done = restore(client, args.file, args.collection or None, args.rename,
+                               args.replace)
+                print(f"restored {len(done)} collection(s) from {args.file}: {', '.join(done)}")
+    except (SimsearchError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="simsearch", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -102,6 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
 
         add_serve_parser(sub)
         add_cluster_parser(sub)
+        for name, what in (("backup", "copy collections from a running server into one file"),
+                           ("restore", "import the collections of a backup file")):
+            bk = sub.add_parser(name, help=what)
+            bk.add_argument("address", help="HOST:PORT of a node or cluster coordinator")
+            bk.add_argument("file", help="the backup file")
+            bk.add_argument("--collection", action="append", metavar="NAME",
+                            help="only this collection (repeatable; default all)")
+            bk.add_argument("--token-file", help="a file holding a bearer token")
+            bk.add_argument("--tls-ca", help="PEM CA of the server's certificate")
+            if name == "restore":
+                bk.add_argument("--rename", metavar="NAME",
+                                help="restore the one --collection under this name")
+                bk.add_argument("--replace", action="store_true",
+                                help="overwrite collections that exist")
+            bk.set_defaults(func=_backup)
     return p
 
 

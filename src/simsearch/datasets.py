@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._durable import atomic_write
 from .errors import DatasetUnavailableError, InvalidParameterError
-from .index import atomic_write
 
 log = logging.getLogger(__name__)
 

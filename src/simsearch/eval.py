@@ -136,16 +136,6 @@ def alternated_best_times(fns: Sequence[Callable[[], object]], rounds: int = 3,
     return best
 
 
-def per_query_latencies(fn: Callable[[np.ndarray], object], queries: np.ndarray) -> np.ndarray:
-    """Seconds taken by fn(q[None]) for each query row, one query per call."""
-    out = np.empty(len(queries))
-    for i in range(len(queries)):
-        t = time.perf_counter()
-        fn(queries[i : i + 1])
-        out[i] = time.perf_counter() - t
-    return out
-
-
 def latency_stats(seconds: np.ndarray) -> dict[str, float]:
     s = np.asarray(seconds) * 1e3
     return {

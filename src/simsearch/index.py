@@ -1,5 +1,6 @@
-"""The Index contract every index honours, its result type, input validation, the registry of
-index kinds, and the one on-disk format (``save`` / :func:`load`).
+"""The Index contract every index honours, its result type, the registry of index kinds, and
+``save`` / :func:`load` / ``to_bytes`` / :func:`loads` (the format itself: fileformat.py; the
+input checks: _validate.py).
 
 Concurrency (docs/architecture.md, "Concurrency"): every index carries one reader-writer lock, taken
 here and nowhere else. Searches and saves share the read side and run in parallel; train, add and
@@ -10,42 +11,40 @@ never half of it. Search parameters are passed per call and never stored.
 from __future__ import annotations
 
 import importlib
-import io
-import json
-import numbers
 import os
-import struct
-import threading
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from ._exact import exact_topk
 from ._rwlock import RWLock
+from ._validate import (  # noqa: F401  (re-exported: the contract's validation)
+    MAX_K,
+    MAX_RESULT_ENTRIES,
+    METRICS,
+    as_id_array,
+    as_matrix,
+    check_batch_ids,
+    check_int,
+    check_k,
+    check_metric,
+    check_result_size,
+    check_threads,
+    normalize_rows,
+)
 from .errors import (
     CorruptIndexError,
-    DimensionMismatchError,
     DuplicateIdError,
-    InvalidIdError,
     InvalidParameterError,
-    InvalidVectorError,
     NotTrainedError,
     RetrainNonEmptyError,
     UnknownIdError,
     UnsupportedOperationError,
 )
+from .fileformat import read_index_bytes, read_index_file, write_index_bytes, write_index_file
 from .filters import IdFilter, compact, in_sorted, parse_filter
-
-METRICS = ("ip", "cosine", "l2")
-MAX_K = 100_000
-#: The most result entries (queries x k) one search may return: above it the search is refused
-#: before anything is allocated (a 12-byte entry: 2**25 entries are 400 MB). Set
-#: SIMSEARCH_MAX_RESULT_ENTRIES to change it; compare Milvus's nq and topk limits.
-MAX_RESULT_ENTRIES = int(os.environ.get("SIMSEARCH_MAX_RESULT_ENTRIES", 1 << 25))
 
 # ---------------------------------------------------------------------------------------------
 # results
@@ -55,14 +54,29 @@ MAX_RESULT_ENTRIES = int(os.environ.get("SIMSEARCH_MAX_RESULT_ENTRIES", 1 << 25)
 class SearchResult:
     """Top-k answers, best first. ``ids`` int64 (nq, k), -1 where fewer than k results exist.
     ``scores`` float32 (nq, k): inner product ("ip"), cosine similarity ("cosine") or squared L2
-    distance ("l2"); padding is -inf for similarities and +inf for "l2"."""
+    distance ("l2"); padding is -inf for similarities and +inf for "l2". ``coverage``: the
+    fraction of the data that answered (below 1.0 only from a cluster that returned a partial
+    result, docs/cluster.md). ``stats``: the batch's work counters, summed over its queries, where
+    the index counts them (ip-NSW+: distance computations; the LSH indexes: probed items and
+    buckets), else None."""
 
     ids: np.ndarray
     scores: np.ndarray
+    coverage: float = 1.0
+    stats: dict | None = None
 
     def __iter__(self) -> Iterator[np.ndarray]:  # allows `ids, scores = idx.search(...)`
         yield self.ids
         yield self.scores
+
+
+class Searchable(Protocol):
+    """What is index-like, whatever holds the data: an Index, a RemoteCollection (a node's
+    collection over gRPC), a cluster's RemotePart, a StringCollectionIndex. A PyramidIndex's
+    parts and the contract suite's cases are Searchables."""
+
+    def search(self, q: Any, k: int, **params: Any) -> SearchResult: ...
+    def __len__(self) -> int: ...
 
 
 def higher_is_better(metric: str) -> bool:
@@ -79,56 +93,6 @@ def empty_result(nq: int, k: int, metric: str) -> SearchResult:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# validation
-
-
-def check_metric(metric: str, allowed: tuple[str, ...] = METRICS) -> str:
-    if metric not in allowed:
-        raise InvalidParameterError(f"metric must be one of {list(allowed)}; got {metric!r}")
-    return metric
-
-
-def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    """An integer parameter in [lo, hi]."""
-    if type(value) is int and value >= lo and (hi is None or value <= hi):
-        return value  # fast path: search parameters are checked on every call
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidParameterError(
-            f"{name} must be an integer; got {value!r} of type {type(value).__name__}"
-        )
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
-        allowed = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise InvalidParameterError(f"{name} must be in {allowed}; got {name}={value}")
-    return value
-
-
-def check_threads(n_threads: Any) -> int:
-    """A per-call thread count: -1 (all the kernels may use) or 1 to 1024."""
-    if type(n_threads) is int and (n_threads == -1 or 1 <= n_threads <= 1024):
-        return n_threads
-    n_threads = check_int("n_threads", n_threads, -1, 1024)
-    if n_threads == 0:
-        raise InvalidParameterError("n_threads must be -1 (all cores) or in [1, 1024]; got 0")
-    return n_threads
-
-
-def check_k(k: Any) -> int:
-    return check_int("k", k, 1, MAX_K)
-
-
-def check_result_size(nq: int, k: int, what: str = "k") -> None:
-    """Refuse a search whose (nq, k) result, or (nq, candidates) working set, exceeds
-    MAX_RESULT_ENTRIES, before allocating it. ``what`` names the per-query count."""
-    if nq * k > MAX_RESULT_ENTRIES:
-        raise InvalidParameterError(
-            f"a search may hold at most {MAX_RESULT_ENTRIES} entries (queries x {what}); got "
-            f"{nq} queries x {what}={k} = {nq * k}: lower {what} or send fewer queries per call "
-            "(limit: SIMSEARCH_MAX_RESULT_ENTRIES)"
-        )
-
-
 def pad_result(r: SearchResult, k: int, metric: str) -> SearchResult:
     """Widen a (nq, kk) result to (nq, k) with padding; the padding is all it costs."""
     nq, kk = r.ids.shape
@@ -138,89 +102,6 @@ def pad_result(r: SearchResult, k: int, metric: str) -> SearchResult:
     out.ids[:, :kk] = r.ids
     out.scores[:, :kk] = r.scores
     return out
-
-
-def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors") -> np.ndarray:
-    """Convert to C-contiguous float32 (n, dim), checking shape, finiteness and (for cosine)
-    non-zero norm over the whole batch. A 1-D input of length ``dim`` becomes one row."""
-    if (
-        type(x) is np.ndarray
-        and x.dtype == np.float32
-        and x.ndim == 2
-        and x.shape[1] == dim
-        and x.flags.c_contiguous
-        and metric != "cosine"
-        and np.isfinite(x).all()  # 3x cheaper than a float64 sum (14 us for 754 x 64)
-    ):
-        return x  # fast path for the common, already well-formed batch
-    try:
-        arr = np.asarray(x)
-    except Exception as exc:  # ragged lists and the like
-        raise DimensionMismatchError(f"{what} must be a (n, {dim}) array; got {exc}") from None
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
-    ):
-        raise InvalidVectorError(
-            f"{what} must be a numeric (n, {dim}) array; got dtype {arr.dtype}"
-        )
-    if arr.ndim == 1 and arr.shape[0] == dim:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[1] != dim:
-        raise DimensionMismatchError(
-            f"{what} must have shape (n, {dim}) or ({dim},); got shape {arr.shape}"
-        )
-    arr = np.ascontiguousarray(arr, dtype=np.float32)
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        row = int(np.flatnonzero(~finite)[0])
-        raise InvalidVectorError(
-            f"{what} must be finite; row {row} holds NaN or Inf ({int((~finite).sum())} bad rows)"
-        )
-    if metric == "cosine" and arr.shape[0]:
-        zero = ~(np.abs(arr).max(axis=1) > 0)
-        if zero.any():
-            raise InvalidVectorError(
-                f"{what} must be non-zero under the cosine metric; row "
-                f"{int(np.flatnonzero(zero)[0])} is all zeros"
-            )
-    return arr
-
-
-def as_id_array(ids: Any, what: str = "ids") -> np.ndarray:
-    """A 1-D int64 array of non-negative ids."""
-    arr = np.asarray(ids)
-    if arr.ndim == 0:
-        arr = arr[None]
-    if arr.ndim != 1:
-        raise InvalidIdError(f"{what} must be a 1-D sequence of integers; got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise InvalidIdError(f"{what} must be integers; got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
-    if arr.size and arr.min() < 0:
-        raise InvalidIdError(f"{what} must be >= 0; got {int(arr.min())}")
-    return arr
-
-
-def check_batch_ids(ids: Any, n: int) -> np.ndarray:
-    """Ids for a batch of n vectors: non-negative integers, one per vector, unique."""
-    ids = as_id_array(ids)
-    if ids.shape[0] != n:
-        raise InvalidIdError(
-            f"ids must have one entry per vector: got {ids.shape[0]} ids for {n} vectors"
-        )
-    uniq, counts = np.unique(ids, return_counts=True)
-    if uniq.size != ids.size:
-        raise DuplicateIdError(
-            f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
-        )
-    return ids
-
-
-def normalize_rows(x: np.ndarray) -> np.ndarray:
-    """Unit rows; all-zero rows (allowed under "ip") stay zero instead of turning into NaN."""
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return np.ascontiguousarray(x / norms, dtype=np.float32)
 
 
 class IdSet:
@@ -473,21 +354,30 @@ class Index:
     def save(self, path: str | os.PathLike) -> None:
         """Write the index atomically (temporary file, fsync, rename): never half a file. Saving
         reads the index, so searches go on meanwhile; writes wait."""
+        with self._lock.read():  # the state's arrays are views: no write until written out
+            write_index_file(path, *self._file_parts())
+
+    def to_bytes(self) -> bytes:
+        """The index as the bytes ``save`` would write; ``simsearch.loads`` reads them back."""
         with self._lock.read():
-            meta, arrays = self._get_state()
-            arrays = dict(arrays)
-            arrays["__ids__"] = self._idset.sorted
-            header = {
-                "class": self.kind,
-                "metric": self.metric,
-                "dim": self.dim,
-                "count": len(self),
-                "next_id": self._idset.next_id,
-                "trained": self._is_trained,
-                "params": self._params,
-                "meta": meta,
-            }
-            write_index_file(path, header, arrays)
+            return write_index_bytes(*self._file_parts())
+
+    def _file_parts(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(header, arrays) of the file format; the caller holds the read lock."""
+        meta, arrays = self._get_state()
+        arrays = dict(arrays)
+        arrays["__ids__"] = self._idset.sorted
+        header = {
+            "class": self.kind,
+            "metric": self.metric,
+            "dim": self.dim,
+            "count": len(self),
+            "next_id": self._idset.next_id,
+            "trained": self._is_trained,
+            "params": self._params,
+            "meta": meta,
+        }
+        return header, arrays
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Index:
@@ -687,131 +577,21 @@ class Index:
             retry.setdefault(w2, []).append(rows[j : j + 1])
 
 
-# ---------------------------------------------------------------------------------------------
-# the file format
-#
-#   prefix   <8s I I Q   magic, format version, header length, payload length
-#   header   JSON: class, metric, dim, count, params, meta, and the array table
-#   payload  the arrays, each at a 64-byte aligned offset
-#   trailer  <I 8s       crc32 of header + payload, end magic
-# A reader checks sizes, then the checksum, before it parses anything.
-
-MAGIC = b"SIMSRCH\x00"
-END_MAGIC = b"SIMSEND\x00"
-FORMAT_VERSION = 1
-_PREFIX = struct.Struct("<8sIIQ")
-_TRAILER = struct.Struct("<I8s")
-_ALIGN = 64
-
-
-def atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> None:
-    """Write a file through ``write(fileobj)`` under a temporary name, fsync, rename, fsync the
-    directory: readers see the old file or the whole new one, never a part."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
-def write_index_file(path: str | os.PathLike, header: dict, arrays: dict[str, np.ndarray]) -> None:
-    table, offset = [], 0
-    for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
-        offset = -(-offset // _ALIGN) * _ALIGN
-        table.append(
-            {"name": name, "dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset}
-        )
-        offset += arr.nbytes
-    header = dict(header, arrays=table)
-    hbytes = json.dumps(header, separators=(",", ":")).encode()
-    payload_len = offset
-
-    def write(f: io.BufferedWriter) -> None:
-        f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(hbytes), payload_len))
-        f.write(hbytes)
-        crc = zlib.crc32(hbytes)
-        pos = 0
-        for entry, arr in zip(table, arrays.values(), strict=True):
-            pad = entry["offset"] - pos
-            if pad:
-                f.write(b"\0" * pad)
-                crc = zlib.crc32(b"\0" * pad, crc)
-            buf = memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")  # (0, d) too
-            f.write(buf)
-            crc = zlib.crc32(buf, crc)
-            pos = entry["offset"] + buf.nbytes
-        f.write(_TRAILER.pack(crc, END_MAGIC))
-
-    atomic_write(Path(path), write)
-
-
-def read_index_file(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Read and verify a file of :func:`write_index_file`; CorruptIndexError on any damage."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            buf = bytearray(size)
-            got = f.readinto(buf)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise CorruptIndexError(f"cannot read index file {path}: {exc}") from None
-    if got != size or size < _PREFIX.size + _TRAILER.size:
-        raise CorruptIndexError(f"{path} is not a simsearch index file (too short: {size} bytes)")
-    magic, version, hlen, plen = _PREFIX.unpack_from(buf, 0)
-    if magic != MAGIC:
-        raise CorruptIndexError(f"{path} is not a simsearch index file (bad magic)")
-    if version > FORMAT_VERSION:
-        raise CorruptIndexError(
-            f"{path} has format version {version}; this simsearch reads up to {FORMAT_VERSION}"
-        )
-    expected = _PREFIX.size + hlen + plen + _TRAILER.size
-    if size != expected:
-        raise CorruptIndexError(
-            f"{path} is truncated or padded: {size} bytes, header says {expected}"
-        )
-    crc, end = _TRAILER.unpack_from(buf, size - _TRAILER.size)
-    body = memoryview(buf)[_PREFIX.size : size - _TRAILER.size]
-    if end != END_MAGIC or zlib.crc32(body) != crc:
-        raise CorruptIndexError(f"{path} failed its checksum: the file is corrupted")
-    try:
-        header = json.loads(bytes(body[:hlen]))
-        payload = body[hlen:]
-        arrays = {}
-        for e in header["arrays"]:
-            dt = np.dtype(e["dtype"])
-            n = int(np.prod(e["shape"], dtype=np.int64)) * dt.itemsize
-            start = int(e["offset"])
-            if start < 0 or start + n > plen:
-                raise ValueError("array outside payload")
-            arrays[e["name"]] = np.frombuffer(payload[start : start + n], dtype=dt).reshape(
-                e["shape"]
-            )
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptIndexError(f"{path} has a malformed header: {exc}") from None
-    return header, arrays
-
-
 def load(path: str | os.PathLike, setup: Callable[[Index], None] | None = None) -> Index:
     """Open any saved index; its class is read from the file's header. ``setup`` is called on
     the new object before its state is restored (a cluster coordinator sets its parts factory)."""
-    header, arrays = read_index_file(path)
+    return _restore(*read_index_file(path), str(path), setup)
+
+
+def loads(data: bytes | bytearray | memoryview,
+          setup: Callable[[Index], None] | None = None) -> Index:
+    """An index from the bytes of ``Index.to_bytes`` (or of a saved file)."""
+    return _restore(*read_index_bytes(bytearray(data), "the index bytes"), "the index bytes",
+                    setup)
+
+
+def _restore(header: dict, arrays: dict[str, np.ndarray], path: str,
+             setup: Callable[[Index], None] | None) -> Index:
     try:
         cls = index_class(header["class"])
     except InvalidParameterError:

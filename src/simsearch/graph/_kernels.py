@@ -351,28 +351,6 @@ def link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids, c
     return total
 
 
-@njit(cache=True, fastmath=True)
-def insert_batch(xb, links, degree, link_scores, start, stop, seeds, ef, n_links, visited,
-                 tags):  # fmt: skip
-    """Insert items start..stop-1 (one build batch) into the inner-product graph, one thread.
-
-    Item i's seeds are ``seeds[i - start]`` (positions; those >= start are not in the graph
-    yet and are skipped; with none left the search starts from item 0). Its seeded search
-    (beam ``ef``) runs on the graph as it was before the batch; then :func:`_link_phase`. A
-    batch thus misses only paths through its own new links. ``visited`` int32 (1, n), ``tags``
-    int64 (1,). Returns the distance computations. (Threads run :func:`search_phase` on
-    blocks of rows, then :func:`link_phase`: the same graph.)
-    """
-    m = stop - start
-    cand_ids = np.empty((m, ef), np.int32)
-    cand_scores = np.empty((m, ef), np.float32)
-    cand_size = np.zeros(m, np.int64)
-    tags[0], nd = search_phase(0, m, xb, links, degree, start, seeds, ef, visited[0], tags[0],
-                                cand_ids, cand_scores, cand_size)  # fmt: skip
-    return nd + link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids,
-                            cand_scores, cand_size)  # fmt: skip
-
-
 @njit(cache=True, fastmath=True, nogil=True)
 def recompute_link_scores(xb, links, degree):
     """Inner products of every link, float32 (n, width) (not saved; rebuilt after load)."""

@@ -5,8 +5,6 @@ neighbours, which seed a search on an inner-product graph."""
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -17,21 +15,23 @@ import hnswlib
 import numpy as np
 
 from .. import _simd
+from .._numba_util import available_cpus, kernel_width
 from ..errors import InvalidParameterError
 from ..filters import BeamFilterHooks
-from ..index import Index, SearchResult, check_int, register
+from ..hnsw import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
+from ..index import Index, SearchResult, check_int, check_threads, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
 
 
-_CPUS = os.cpu_count() or 1
+_CPUS = available_cpus()
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
 
 def _resolve_threads(n_threads: int) -> int:
-    return _CPUS if n_threads == -1 else max(1, min(n_threads, _CPUS))
+    return min(kernel_width(n_threads), _CPUS)  # capped by the process's width (--threads)
 
 
 def run_blocks(fn: Callable[[int, int, int], Any], n_items: int, threads: int) -> list[Any]:
@@ -55,10 +55,11 @@ def run_blocks(fn: Callable[[int, int, int], Any], n_items: int, threads: int) -
 
 def insert_items(xb, links, degree, link_scores, start, stop, seeds, ef, n_links, batch,
                  visited, tags, threads) -> int:  # fmt: skip
-    """Insert items start..stop-1 into the inner-product graph in batches of ``batch``
-    (see :func:`_kernels.insert_batch`); each batch's searches run on ``threads`` threads
-    (rows of ``visited`` / ``tags``), the graph does not depend on them. ``seeds`` int32
-    (stop - start, s). Returns the distance computations."""
+    """Insert items start..stop-1 into the inner-product graph in batches of ``batch``: each
+    item's seeded search (beam ``ef``) runs on the graph as it was before its batch
+    (:func:`_kernels.search_phase`, on ``threads`` threads: rows of ``visited`` / ``tags``; the
+    graph does not depend on them), then :func:`_kernels.link_phase` links the batch.
+    ``seeds`` int32 (stop - start, s). Returns the distance computations."""
     ndis = 0
     for s in range(start, stop, batch):
         e = min(stop, s + batch)
@@ -78,54 +79,6 @@ def insert_items(xb, links, degree, link_scores, start, stop, seeds, ef, n_links
         ndis += K.link_phase(xb, links, degree, link_scores, s, e, n_links, cand_ids,
                              cand_scores, cand_size)  # fmt: skip
     return int(ndis)
-
-
-def extract_hnswlib_graph(h: hnswlib.Index) -> dict[str, Any]:
-    """The graph of an hnswlib index, in label space (hnswlib labels must be 0..n-1).
-
-    Returns ``links0`` int32 (n, maxM0) with ``degree0`` int32 (n,); ``upper_links`` int32
-    (rows, maxM) with ``upper_degree``; ``upper_start`` int64 (n,): node u's level-l links
-    (l >= 1) are row ``upper_start[u] + l - 1``; ``entry`` and ``max_level``.
-    """
-    st = h.__getstate__()[0]
-    n = int(st["cur_element_count"])
-    spe = int(st["size_data_per_element"])
-    raw = st["data_level0"].view(np.uint8)[: n * spe].reshape(n, spe)
-    m0, m = int(st["max_M0"]), int(st["max_M"])
-    o0, lo = int(st["offset_level0"]), int(st["label_offset"])
-    # a link list is a uint16 count (then a deleted flag byte, a spare byte) and uint32 ids
-    deg0 = np.ascontiguousarray(raw[:, o0 : o0 + 2]).view(np.uint16)[:, 0].astype(np.int32)
-    links0 = np.ascontiguousarray(raw[:, o0 + 4 : o0 + 4 + 4 * m0]).view(np.uint32)
-    label = np.ascontiguousarray(raw[:, lo : lo + 8]).view(np.uint64)[:, 0].astype(np.int64)
-    if n and (label.min() < 0 or label.max() >= n or np.unique(label).size != n):
-        raise RuntimeError("hnswlib labels must be the positions 0..n-1")
-    internal = np.empty(n, np.int64)
-    internal[label] = np.arange(n)  # position -> hnswlib internal id
-
-    def to_pos(ids: np.ndarray, deg: np.ndarray) -> np.ndarray:
-        valid = np.arange(ids.shape[1])[None, :] < deg[:, None]
-        return np.where(valid, label[np.where(valid, ids, 0)], -1).astype(np.int32)
-
-    out_links0 = to_pos(links0[internal], deg0[internal])
-    levels = np.asarray(st["element_levels"][:n], np.int64)
-    size_links = int(st["size_links_per_element"])
-    ll = st["link_lists"].view(np.uint8)
-    rows = ll.size // size_links
-    ll = ll[: rows * size_links].reshape(rows, size_links)
-    udeg = np.ascontiguousarray(ll[:, :2]).view(np.uint16)[:, 0].astype(np.int32)
-    ulinks = np.ascontiguousarray(ll[:, 4 : 4 + 4 * m]).view(np.uint32)
-    start_internal = np.concatenate([[0], np.cumsum(levels)[:-1]]) if n else np.zeros(0, np.int64)
-    upper_start = np.where(levels[internal] > 0, start_internal[internal], -1).astype(np.int64)
-    return {
-        "links0": np.ascontiguousarray(out_links0),
-        "degree0": np.ascontiguousarray(deg0[internal]),
-        "upper_links": np.ascontiguousarray(to_pos(ulinks, udeg)) if rows else
-        np.full((1, max(m, 1)), -1, np.int32),
-        "upper_degree": udeg if rows else np.zeros(1, np.int32),
-        "upper_start": upper_start,
-        "entry": int(label[int(st["enterpoint_node"])]) if n else 0,
-        "max_level": max(int(st["max_level"]), 0) if n else 0,
-    }
 
 
 def sq8_encode(x: np.ndarray, vmin: np.ndarray, vstep: np.ndarray) -> np.ndarray:
@@ -188,8 +141,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
     Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
     k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
     ``n_threads`` (default 1; -1 for all cores on a large batch), ``rerank`` (with sq8: beam
-    entries re-scored exactly, default ef) and ``stats`` (a dict to fill with the batch's
-    distance computations: "angular", "ip" and "distances", their sum). A batch of queries runs
+    entries re-scored exactly, default ef). The result's ``stats`` count the batch's distance
+    computations: "angular", "ip" and "distances", their sum. A batch of queries runs
     in one call of the compiled kernel (simsearch._simd.graph_search; the numba kernel
     graph._kernels.query_block is its reference).
 
@@ -198,7 +151,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
     """
 
     metrics = ("ip",)
-    search_params = frozenset({"ef", "angular_ef", "n_threads", "stats", "rerank"})
+    search_params = frozenset({"ef", "angular_ef", "n_threads", "rerank"})
 
     def __init__(
         self,
@@ -224,9 +177,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         n_build_seeds = check_int("n_build_seeds", n_build_seeds, 1, 1 << 12)
         insert_batch = check_int("insert_batch", insert_batch, 1, 1 << 16)
         seed = check_int("seed", seed, 0)
-        n_threads = check_int("n_threads", n_threads, -1, 1024)
-        if n_threads == 0:
-            n_threads = -1
+        n_threads = check_threads(n_threads)
         if not isinstance(sq8, bool):
             raise InvalidParameterError(f"sq8 must be a bool; got {sq8!r}")
         super().__init__(
@@ -248,7 +199,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._degree = np.empty(0, np.int32)
         self._link_scores: np.ndarray | None = np.empty((0, 2 * M), np.float32)
         self._angular = self._new_angular(1024)
-        self._agraph = extract_hnswlib_graph(self._angular)
+        self._agraph = hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
         self.build_seconds = 0.0
 
@@ -325,7 +276,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         if self._params["sq8"]:
             self._encode_sq8(n0, n0 + m)
         self._live[n0 : n0 + m] = True
-        self._agraph = extract_hnswlib_graph(self._angular)
+        self._agraph = hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
         dt = time.perf_counter() - t0
         self.build_seconds += dt
@@ -390,19 +341,13 @@ class IPNSWPlus(BeamFilterHooks, Index):
         ef: int | None = None,
         angular_ef: int = 1,
         n_threads: int = 1,
-        stats: dict | None = None,
         rerank: int | None = None,
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
         rerank = ef if rerank is None else check_int("rerank", rerank, 0, 1 << 20)
         ef = min(ef, max(len(self), k))  # a beam wider than the graph finds nothing more
         angular_ef = check_int("angular_ef", angular_ef, 1, 1 << 16)
-        n_threads = check_int("n_threads", n_threads, -1, 1024)
-        if stats is not None and not isinstance(stats, dict):
-            raise InvalidParameterError(
-                f"stats must be a dict (filled with the search's counters) or None; got "
-                f"{type(stats).__name__}")
-        threads = min(_resolve_threads(n_threads if n_threads else 1), q.shape[0])
+        threads = min(_resolve_threads(check_threads(n_threads)), q.shape[0])
         # links first: _grow publishes them last, so the vectors read next are as new
         links, degree = self._links, self._degree
         g, nq = self._agraph, q.shape[0]
@@ -422,10 +367,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         finally:
             self._pool.release(item)
         ids = np.where(pos >= 0, self._pos_ids[np.maximum(pos, 0)], -1)
-        if stats is not None:
-            a, b = (int(v) for v in ndis.sum(0))
-            stats.update(angular=a, ip=b, distances=a + b, queries=int(q.shape[0]))
-        return SearchResult(ids, scores)
+        a, b = (int(v) for v in ndis.sum(0))
+        return SearchResult(ids, scores, stats={"angular": a, "ip": b, "distances": a + b})
 
     def search_reference(self, q: np.ndarray, k: int, ef: int, sq8: bool = False,
                          rerank: int | None = None) -> SearchResult:
@@ -467,16 +410,11 @@ class IPNSWPlus(BeamFilterHooks, Index):
 
     def _get_state(self):
         n = self._n
-        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
-        os.close(fd)
-        try:
-            self._angular.save_index(tmp)
-            blob = np.fromfile(tmp, dtype=np.uint8)
-        finally:
-            os.unlink(tmp)
-        return {"capacity": int(self._angular.get_max_elements())}, {
+        hmeta, harrays = hnswlib_state(self._angular)
+        return {"angular": hmeta}, {
             "x": self._xb[:n], "pos_ids": self._pos_ids[:n], "live": self._live[:n],
-            "links": self._links[:n], "degree": self._degree[:n], "angular": blob,
+            "links": self._links[:n], "degree": self._degree[:n],
+            **{f"angular.{k}": v for k, v in harrays.items()},
         }  # fmt: skip
 
     def _set_state(self, meta, arrays):
@@ -491,14 +429,13 @@ class IPNSWPlus(BeamFilterHooks, Index):
         valid = np.arange(links.shape[1])[None, :] < degree[:, None]
         if n and (links[valid].min(initial=0) < 0 or links[valid].max(initial=0) >= n):
             raise ValueError("inner-product graph links out of range")
-        fd, tmp = tempfile.mkstemp(suffix=".hnsw")
-        os.close(fd)
-        try:
-            arrays["angular"].tofile(tmp)
-            h = hnswlib.Index(space="cosine", dim=self.dim)
-            h.load_index(tmp, max_elements=int(meta["capacity"]))
-        finally:
-            os.unlink(tmp)
+        if "angular" in arrays:  # a file from before hnswlib's state was kept as arrays
+            h = hnswlib_from_saved(arrays["angular"], "cosine", self.dim, int(meta["capacity"]))
+        else:
+            h = hnswlib_from_state(meta["angular"], {k[8:]: v for k, v in arrays.items()
+                                                     if k.startswith("angular.")})
+        if h.space != "cosine" or h.dim != self.dim:
+            raise ValueError("the angular graph's space or dim does not match the index")
         if h.get_current_count() != n:
             raise ValueError("angular graph and vectors disagree on the item count")
         self._angular = h
@@ -516,5 +453,5 @@ class IPNSWPlus(BeamFilterHooks, Index):
         if self._params["sq8"] and n:
             self._encode_sq8(0, n)
         self._n = n
-        self._agraph = extract_hnswlib_graph(h)
+        self._agraph = hnswlib_graph(h)
         self._pool = _VisitedPool()

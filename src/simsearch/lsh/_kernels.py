@@ -79,51 +79,6 @@ def hash_query(q, projT):
 
 
 @njit(cache=True, inline="always")
-def _worse(s1, i1, s2, i2):
-    """(s1, i1) ranks below (s2, i2): lower score, or equal score and larger id."""
-    return s1 < s2 or (s1 == s2 and i1 > i2)
-
-
-@njit(cache=True)
-def _heap_push(hs, hi, cnt, s, i):
-    """Keep the best len(hs) (score, id) pairs in a min-heap whose root is the worst; returns
-    the new count."""
-    k = hs.shape[0]
-    if cnt < k:
-        pos = cnt
-        cnt += 1
-        while pos > 0:
-            par = (pos - 1) >> 1
-            if _worse(s, i, hs[par], hi[par]):
-                hs[pos] = hs[par]
-                hi[pos] = hi[par]
-                pos = par
-            else:
-                break
-        hs[pos] = s
-        hi[pos] = i
-        return cnt
-    if not _worse(hs[0], hi[0], s, i):
-        return cnt
-    pos = 0
-    while True:
-        c = 2 * pos + 1
-        if c >= k:
-            break
-        if c + 1 < k and _worse(hs[c + 1], hi[c + 1], hs[c], hi[c]):
-            c += 1
-        if _worse(hs[c], hi[c], s, i):
-            hs[pos] = hs[c]
-            hi[pos] = hi[c]
-            pos = c
-        else:
-            break
-    hs[pos] = s
-    hi[pos] = i
-    return cnt
-
-
-@njit(cache=True, inline="always")
 def _distances(codes, qc, out):
     """out[i] = popcount(codes[i] ^ qc). On contiguous views with a plain loop LLVM vectorizes
     it (~0.1 ns a bucket; ~1.2 ns when indexed by offsets into the whole array)."""
@@ -249,7 +204,7 @@ def search_one(
                 for j in range(d):
                     s += q[j] * xs[it, j]
                 if cnt < k or s >= out_s[0]:  # most items lose to the heap's root: no call
-                    cnt = _heap_push(out_s, out_i, cnt, s, ids[it])
+                    cnt = H.push(out_s, out_i, cnt, s, ids[it])
             probed += i1 - i0
             if probed >= n_probe:
                 break

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,14 +58,6 @@ log = logging.getLogger(__name__)
 RANKINGS = ("shifted", "plain")
 DEFAULT_RANKING = "shifted"
 _TINY = 1e-30
-
-
-@dataclass(slots=True)
-class LSHSearchResult(SearchResult):
-    """SearchResult plus work counters summed over the batch: ``probed_items`` (exact inner
-    products computed) and ``probed_buckets``."""
-
-    stats: dict = field(default_factory=dict)
 
 
 def pair_scores(U: np.ndarray, n_hash_bits: int, ranking: str = DEFAULT_RANKING) -> np.ndarray:
@@ -235,8 +227,8 @@ class _RangedLSH(Index):
         else:
             with kernel_threads(n_threads) as nt:
                 ids, S, probed, nb = K.search_batch_parallel(*args, nt)
-        return LSHSearchResult(
-            ids, S, {"probed_items": int(probed.sum()), "probed_buckets": int(nb.sum())}
+        return SearchResult(
+            ids, S, stats={"probed_items": int(probed.sum()), "probed_buckets": int(nb.sum())}
         )
 
     # filtered search (docs/filters.md): the probed candidates grow by 1/selectivity

@@ -1,5 +1,5 @@
 """Pyramid: meta-HNSW partitioning and sharded search (docs/cluster.md)."""
 
-from .index import CoveredSearchResult, PartUnavailableError, PyramidIndex
+from .index import PartUnavailableError, PyramidIndex
 
-__all__ = ["CoveredSearchResult", "PartUnavailableError", "PyramidIndex"]
+__all__ = ["PartUnavailableError", "PyramidIndex"]

@@ -43,31 +43,3 @@ def merge_topk_dedup(cand_ids, cand_scores, k, higher_is_better):
             if filled == k:
                 break
     return out_ids, out_scores
-
-
-@njit(cache=True)
-def parse_level0(blob, offset_level0, n_elements, size_per_element, label_offset, max_m0):
-    """The level-0 link lists of a saved hnswlib index (uint8 blob) as (n, max_m0) int64 labels
-    of neighbours, -1 padded; row r belongs to the element whose label is labels[r].
-    Returns (labels int64 (n,), neighbours int64 (n, max_m0))."""
-    labels = np.empty(n_elements, np.int64)
-    internal = np.full((n_elements, max_m0), -1, np.int64)
-    for e in range(n_elements):
-        base = offset_level0 + e * size_per_element
-        cnt = np.int64(blob[base]) | (np.int64(blob[base + 1]) << 8)
-        lab = np.int64(0)
-        for b in range(8):
-            lab |= np.int64(blob[base + label_offset + b]) << (8 * b)
-        labels[e] = lab
-        for j in range(min(cnt, max_m0)):
-            p = base + 4 + 4 * j
-            v = (np.int64(blob[p]) | (np.int64(blob[p + 1]) << 8)
-                 | (np.int64(blob[p + 2]) << 16) | (np.int64(blob[p + 3]) << 24))
-            internal[e, j] = v
-    out = np.full((n_elements, max_m0), -1, np.int64)
-    for e in range(n_elements):
-        for j in range(max_m0):
-            v = internal[e, j]
-            if 0 <= v < n_elements:
-                out[e, j] = labels[v]
-    return labels, out

@@ -30,12 +30,11 @@ from ..index import SearchResult, as_id_array, as_matrix
 from ..service.errors import (
     CollectionExistsError,
     CollectionNotFoundError,
-    CoordinationError,
-    NotLeaderError,
     ServiceUnavailableError,
 )
 from . import routerlog
 from .control.election import Election
+from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare, Etcd, tls_from_args
 from .control.placement import next_move, place
 from .control.state import ClusterState
@@ -72,7 +71,9 @@ def _attributes_by_id(attributes: dict | None, ids: Any):
 
 class ClusterCollection:
     """One collection as a coordinator serves it: a router copy, current to log record
-    ``applied``."""
+    ``applied`` (a ServedCollection, service.protocols; part writes go to shard servers)."""
+
+    part_replica = False
 
     def __init__(self, coord: Coordinator, name: str, config: dict):
         self.coord, self.name, self.config = coord, name, config
@@ -190,13 +191,7 @@ class ClusterCollection:
             self._checkpointing = False
 
     def _router_bytes(self) -> bytes:
-        import tempfile
-        from pathlib import Path
-
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "router.idx"
-            self.router.save(path)
-            return path.read_bytes()
+        return self.router.to_bytes()
 
     def _checkpoint_locked(self, seq: int) -> None:
         self._put_checkpoint(seq, self._router_bytes())
@@ -459,7 +454,13 @@ class ClusterCollection:
 
 class Coordinator:
     """One coordinator: its etcd session, election, cluster state, shard pool and routers.
-    Also the ``store`` the node's servicer serves."""
+    Also the ``store`` the node's servicer serves (a CollectionStore, service.protocols: no
+    blobs, metrics of its own)."""
+
+    blobs = None
+
+    def collectors(self) -> tuple:
+        return (self,)
 
     def __init__(self, etcd: Etcd, lease_ttl: float = 3.0, replicas: int = 2,
                  pool_options: dict | None = None, replace_after: float = REPLACE_AFTER):

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -615,14 +614,9 @@ class _PartCall:
 def load_router(data: bytes, pool: ShardPool):
     """An exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded here with its
     parts on ``pool``'s shard servers."""
-    import tempfile
+    from ..index import loads
 
-    from ..index import load
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "router.idx"
-        path.write_bytes(data)
-        return load(path, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
+    return loads(data, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
 
 
 def open_router(coordinator: str, name: str, etcd: str, cluster: str, **pool_options: Any):

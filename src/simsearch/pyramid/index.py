@@ -8,7 +8,6 @@ Large-scale Datasets" (IEEE Big Data 2019).
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -18,17 +17,18 @@ from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperation
 from ..filters import IdFilter
 from ..hnsw import HNSWIndex
 from ..index import (
-    IdSet,
     Index,
+    Searchable,
     SearchResult,
     check_int,
     create_index,
     higher_is_better,
     index_class,
+    loads,
     normalize_rows,
     register,
 )
-from ._kernels import merge_topk_dedup, parse_level0
+from ._kernels import merge_topk_dedup
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,6 @@ _MIPS_CHUNK = 4096
 #: committed part writes remembered per part (first, through, ballot term, ballot attempt): a
 #: replica that missed the commits of up to this many writes applies them from its prepared ops
 PART_HISTORY = 16
-
-
-class CoveredSearchResult(SearchResult):
-    """A SearchResult that may be partial: ``coverage`` is the fraction of (query, part) requests
-    answered; 1.0 means complete."""
-
-    def __init__(self, ids: np.ndarray, scores: np.ndarray, coverage: float = 1.0):
-        super().__init__(ids, scores)
-        object.__setattr__(self, "coverage", float(coverage))  # works if the base is frozen
 
 
 class PartUnavailableError(SimsearchError, RuntimeError):
@@ -70,19 +61,18 @@ PartsFactory = Callable[["PyramidIndex", int], tuple[list, Callable]]
 
 def hnsw_level0_graph(meta: HNSWIndex) -> np.ndarray:
     """The level-0 graph of an hnswlib-backed HNSWIndex as (n, max_m0) int64 neighbour labels,
-    -1 padded, rows ordered by label (labels must be 0..n-1). Read from hnswlib's saved format
-    (hnswlib has no API for the links)."""
-    _, arrays = meta._get_state()
-    blob = np.ascontiguousarray(arrays["hnswlib"])
-    head = struct.Struct("<QQQQQQiIQQQdQ")
-    (off0, _max_el, count, size_per, label_off, _off_data, _maxlevel, _ep, _maxm, maxm0, _m,
-     _mult, _efc) = head.unpack_from(blob.tobytes()[: head.size])
-    labels, nbrs = parse_level0(blob, head.size + off0, count, size_per, label_off, maxm0)
-    if count != len(meta) or not np.array_equal(np.sort(labels), np.arange(count)):
+    -1 padded, rows ordered by label (labels must be 0..n-1)."""
+    g = meta.graph()
+    if len(g["links0"]) != len(meta):
         raise RuntimeError("unexpected hnswlib layout: labels are not 0..n-1")
-    out = np.full_like(nbrs, -1)
-    out[labels] = nbrs
-    return out
+    return g["links0"].astype(np.int64)
+
+
+def _restore_part(data: np.ndarray, cls: type, what: str) -> Index:
+    idx = loads(data)
+    if not isinstance(idx, cls):
+        raise ValueError(f"{what} holds a {type(idx).__name__}, not a {cls.__name__}")
+    return idx
 
 
 def undirected_csr(nbrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -230,7 +220,7 @@ class PyramidIndex(Index):
         self.centres: np.ndarray | None = None
         self.part_of_centre: np.ndarray | None = None
         self.meta: HNSWIndex | None = None
-        self.parts: list = []
+        self.parts: list[Searchable] = []
         self.parts_factory: PartsFactory | None = None  # None: local sub-indexes
         self._home: dict[int, int] = {}  # id -> part of its nearest centre
         self._copies: dict[int, set[int]] = {}  # id -> parts holding a MIPS copy
@@ -266,9 +256,6 @@ class PyramidIndex(Index):
             for p in ps:
                 out[p] += 1
         return out
-
-    def home_part(self, ids: Any) -> np.ndarray:
-        return np.array([self._home[int(i)] for i in np.asarray(ids).ravel()], np.int64)
 
     # -- training ---------------------------------------------------------------------------
 
@@ -735,7 +722,7 @@ class PyramidIndex(Index):
         ids, scores = merge_topk_dedup(cand_ids, cand_scores, k, higher_is_better(self.metric))
         if missed:
             total = sum(rows.size for _, rows, _e in jobs)
-            return CoveredSearchResult(ids, scores, coverage=1.0 - missed / max(1, total))
+            return SearchResult(ids, scores, coverage=1.0 - missed / max(1, total))
         return SearchResult(ids, scores)
 
     # -- persistence ------------------------------------------------------------------------
@@ -757,32 +744,23 @@ class PyramidIndex(Index):
         arrays["copies"] = np.asarray(pairs, np.int64).ravel()  # (id, part) pairs
         arrays["part_seq"] = self.part_seq
         arrays["part_history"] = self.part_history.ravel()
-        mm, ma = self.meta._get_state()
-        meta["meta_hnsw"] = mm
-        arrays.update({f"meta.{k}": v for k, v in ma.items()})
-        arrays["meta.__ids__"] = self.meta._idset.sorted
+        # the meta-HNSW and (local) parts as whole index files (Index.to_bytes)
+        arrays["meta_index"] = np.frombuffer(self.meta.to_bytes(), np.uint8)
         meta["remote"] = self.parts_factory is not None
         meta["part_prefix"] = self.part_prefix
-        subs = []
         if not meta["remote"]:
             for j, part in enumerate(self.parts):
-                sm, sa = part._get_state()
-                subs.append({"meta": sm, "next_id": part._idset.next_id})
-                arrays.update({f"s{j}.{k}": v for k, v in sa.items()})
-                arrays[f"s{j}.__ids__"] = part._idset.sorted
-        meta["subs"] = subs
+                arrays[f"part{j}"] = np.frombuffer(part.to_bytes(), np.uint8)
         return meta, arrays
 
     def _set_state(self, meta, arrays):
         if not meta["trained"]:
             return
         self.part_prefix = meta.get("part_prefix")
-        self.meta = HNSWIndex(self.dim, "ip" if self.spherical else "l2",
-                              M=self._params["meta_M"], ef_construction=200,
-                              seed=self._params["seed"], n_threads=1)
-        self.meta._idset = IdSet(arrays["meta.__ids__"].copy())
-        self.meta._set_state(meta["meta_hnsw"], {k[5:]: v for k, v in arrays.items()
-                                                 if k.startswith("meta.") and k != "meta.__ids__"})
+        if "meta_index" not in arrays:
+            raise ValueError("a Pyramid file from before its parts were kept as index files: "
+                             "export it again with the simsearch that wrote it")
+        self.meta = _restore_part(arrays["meta_index"], HNSWIndex, "the meta-HNSW")
         self._set_model(arrays["centres"].copy(), arrays["part_of_centre"].copy())
         shape = tuple(meta["topr_shape"])
         self._topr_ids = arrays["topr_ids"].reshape(shape).copy()
@@ -798,8 +776,5 @@ class PyramidIndex(Index):
         self._rebuild_refs()
         if meta.get("remote") or self.parts_factory is not None:
             return
-        for j, (part, sm) in enumerate(zip(self.parts, meta["subs"], strict=True)):
-            pre = f"s{j}."
-            part._idset = IdSet(arrays[pre + "__ids__"].copy(), sm["next_id"])
-            part._set_state(sm["meta"], {k[len(pre):]: v for k, v in arrays.items()
-                                         if k.startswith(pre) and k != pre + "__ids__"})
+        self.parts = [_restore_part(arrays[f"part{j}"], Index, f"part {j}")
+                      for j in range(self.n_parts)]

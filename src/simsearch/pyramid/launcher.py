@@ -18,9 +18,10 @@ import threading
 import time
 from pathlib import Path
 
+from .._durable import atomic_write
 from ..errors import SimsearchError
-from ..index import atomic_write
-from .control.etcd import embedded_is_safe, tls_argv, tls_from_args
+from .control.etcd import tls_from_args
+from .control.etcd_server import embedded_is_safe, tls_argv
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ def run_up(args: argparse.Namespace) -> int:
     """Start etcd (or use --etcd), shards and coordinators on loopback; supervise them until
     SIGTERM/SIGINT (restarting a process that dies unless --no-restart; a retired shard stays
     stopped). SIGUSR1 starts one more shard (``cluster add-shard``)."""
-    from .control.etcd import Etcd, LocalEtcd
+    from .control.etcd import Etcd
+    from .control.etcd_server import LocalEtcd
 
     d = Path(args.data_dir).resolve()
     d.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..index import atomic_write
+from .._durable import atomic_write
 from .control.etcd import Compare, Etcd, tls_from_args
 
 log = logging.getLogger(__name__)

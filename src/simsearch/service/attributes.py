@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidAttributeError, InvalidFilterError
+from ..fileformat import read_index_file, write_index_file
 from ..filters import in_sorted
-from ..index import read_index_file, write_index_file
 
 TYPES = ("int", "float", "bool", "keyword", "keywords")
 _NUMERIC_OPS = ("eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exists")

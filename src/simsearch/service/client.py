@@ -456,16 +456,6 @@ class Client:
         return [{"name": b.name, "size": int(b.size), "sha256": b.sha256} for b in r.blobs]
 
 
-def _encoder_bytes(encoder) -> bytes:
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "encoder"
-        encoder.save(path)
-        return path.read_bytes()
-
-
 class RemoteCollection:
     """A collection on a node, with the Index contract's surface. Searches may run
     concurrently; the server serializes writes."""
@@ -539,7 +529,7 @@ class RemoteCollection:
         if x is not None:
             req.texts.extend(check_strings(x, "training strings"))
         if encoder is not None:
-            req.encoder = encoder if isinstance(encoder, bytes) else _encoder_bytes(encoder)
+            req.encoder = encoder if isinstance(encoder, bytes) else encoder.to_bytes()
         c._call("Train", req)
 
     def _add_strings(self, x: Any, ids: Any, upsert: bool) -> np.ndarray:
@@ -659,14 +649,9 @@ class RemoteCollection:
             parts.append(r)
         if len(ids) == 1:
             return parts[0]  # keeps a partial result's coverage (Pyramid coordinators)
-        coverage = [getattr(r, "coverage", 1.0) for r in parts]
-        if min(coverage) < 1.0:
-            from ..pyramid.index import CoveredSearchResult
-
-            n = np.array([len(r.ids) for r in parts])
-            return CoveredSearchResult(np.concatenate(ids), np.concatenate(scores),
-                                       coverage=float(np.dot(n, coverage) / n.sum()))
-        return SearchResult(np.concatenate(ids), np.concatenate(scores))
+        n = np.array([len(r.ids) for r in parts])
+        coverage = float(np.dot(n, [r.coverage for r in parts]) / n.sum())
+        return SearchResult(np.concatenate(ids), np.concatenate(scores), coverage=coverage)
 
     def _search_split_allow(self, q, k, filt, where, params, budget) -> SearchResult:
         """A shared allow list larger than a message: search its pieces and keep the best k of

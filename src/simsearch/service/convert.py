@@ -64,9 +64,8 @@ def to_part_op(op) -> pb.PartOp:
 
 def to_search_response(r: SearchResult) -> pb.SearchResponse:
     ids = np.ascontiguousarray(r.ids, dtype=_I64)
-    coverage = getattr(r, "coverage", None)  # partial results (a Pyramid cluster)
     return pb.SearchResponse(
-        coverage=coverage if coverage is not None and coverage < 1.0 else None,
+        coverage=r.coverage if r.coverage < 1.0 else None,  # partial results (a cluster)
         rows=ids.shape[0],
         k=ids.shape[1],
         ids=ids.tobytes(),
@@ -78,11 +77,8 @@ def from_search_response(resp: pb.SearchResponse) -> SearchResult:
     shape = (resp.rows, resp.k)
     ids = np.frombuffer(resp.ids, dtype=_I64).reshape(shape).astype(np.int64)
     scores = np.frombuffer(resp.scores, dtype=_F32).reshape(shape).astype(np.float32)
-    if resp.HasField("coverage"):
-        from ..pyramid.index import CoveredSearchResult
-
-        return CoveredSearchResult(ids, scores, coverage=float(resp.coverage))
-    return SearchResult(ids, scores)
+    coverage = float(resp.coverage) if resp.HasField("coverage") else 1.0
+    return SearchResult(ids, scores, coverage=coverage)
 
 
 def _json_default(o: Any) -> Any:

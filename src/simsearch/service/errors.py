@@ -81,16 +81,6 @@ class DataLossError(ServiceError, CorruptIndexError):
     code = "DATA_LOSS"
 
 
-class CoordinationError(ServiceUnavailableError):
-    """The cluster's coordination service (etcd) could not be reached or did not answer in time:
-    retry, the cluster state is unchanged or the change is safe to repeat (docs/cluster.md)."""
-
-
-class NotLeaderError(CoordinationError):
-    """This coordinator is not (or no longer) the elected leader, so it refuses the change: send
-    it to the current leader (docs/cluster.md)."""
-
-
 class StaleTermError(ServiceError):
     """A part write or copy from a leader older than one the replica has already seen: that
     leader was deposed (docs/cluster.md, "Writes")."""
@@ -161,12 +151,23 @@ _BY_CODE: dict[str, type[ServiceError]] = {
 }
 
 
+# errors of the layers above (the cluster's control plane) that a client may raise by name
+_REMOTE: dict[str, type[SimsearchError]] = {}
+
+
+def register_remote_error(cls: type[SimsearchError]) -> type[SimsearchError]:
+    """Let clients raise ``cls`` itself when a server reports it (a class decorator)."""
+    _REMOTE[cls.__name__] = cls
+    return cls
+
+
 def error_class(type_name: str | None, code: str, bases: str = "") -> type[Exception]:
     """The class the client raises for a server error: the server's own class when it is one of
-    simsearch's core or service errors, else its nearest such ancestor (``bases``), otherwise one
-    chosen by status code."""
+    simsearch's core or service errors (or one registered by register_remote_error), else its
+    nearest such ancestor (``bases``), otherwise one chosen by status code."""
     for name in [type_name or "", *bases.split(",")]:
-        cls = (getattr(core, name, None) or globals().get(name)) if name else None
+        cls = (getattr(core, name, None) or globals().get(name) or _REMOTE.get(name)) \
+            if name else None
         if isinstance(cls, type) and issubclass(cls, SimsearchError) and cls is not SimsearchError:
             return cls
     return _BY_CODE.get(code, ServiceError)

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .protocols import CollectionStore
 
 #: request latency buckets (seconds): from a cached flat search to a long snapshot
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
@@ -23,7 +23,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 class _StoreCollector:
     """Items, log bytes and snapshot age of every collection, read when scraped."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: CollectionStore):
         self.store = store
 
     def collect(self):
@@ -55,15 +55,15 @@ class _StoreCollector:
 class ServiceMetrics:
     """The node's metrics; ``observe`` is called once per RPC by the servicer."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: CollectionStore):
         self.registry = CollectorRegistry()
         self.requests = Counter("simsearch_requests", "RPCs by method, status and collection",
                                 ["rpc", "code", "collection"], registry=self.registry)
         self.latency = Histogram("simsearch_request_seconds", "RPC latency by method", ["rpc"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_StoreCollector(store))
-        if hasattr(store, "collect"):  # a store with metrics of its own (a Pyramid coordinator)
-            self.registry.register(store)
+        for collector in store.collectors():  # a coordinator's own
+            self.registry.register(collector)
         self._store = store
         self._http = None
 

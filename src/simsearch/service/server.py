@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .auth import TokenAuthInterceptor, load_tokens
+from .protocols import CollectionStore
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
 from .servicer import SimSearchServicer
@@ -42,7 +43,7 @@ class RunningServer:
     port: int
     servicer: SimSearchServicer
     health: health.HealthServicer
-    store: Store
+    store: CollectionStore
     metrics_port: int | None = None
 
     def stop(self, grace: float = 10.0) -> None:
@@ -69,6 +70,13 @@ def _fixed_mmap_threshold(nbytes: int = 1 << 20) -> None:
         pass
 
 
+def _limit_openmp(n: int | None) -> None:
+    if n is not None:
+        import faiss
+
+        faiss.omp_set_num_threads(n)
+
+
 def create_server(
     data_dir: str | os.PathLike,
     port: int = 0,
@@ -81,13 +89,15 @@ def create_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_concurrent_rpcs: int | None = 64,
     workers: int = 8,
+    threads: int | None = None,
     snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
-    store: Store | None = None,
+    store: CollectionStore | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
 ) -> RunningServer:
     """Open the store under ``data_dir`` (replaying logs), bind and start. Returns the running
-    server and the port it bound."""
+    server and the port it bound. ``threads``: faiss's OpenMP limit in every worker thread (its
+    limit is per thread; the process-wide limits are set once by run_serve)."""
     _fixed_mmap_threshold()
     if store is None:  # a caller may bring its own (the Pyramid coordinator does)
         store = Store(data_dir, snapshot_wal_bytes=snapshot_wal_bytes)
@@ -104,7 +114,8 @@ def create_server(
         ("grpc.so_reuseport", 0),
     ]
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="simsearch-rpc"),
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="simsearch-rpc",
+                                   initializer=_limit_openmp, initargs=(threads,)),
         interceptors=[TokenAuthInterceptor(tokens)] if tokens else None,
         options=options,
         maximum_concurrent_rpcs=max_concurrent_rpcs,
@@ -233,7 +244,8 @@ def _write_ready_file(path: str, info: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_serve(args: argparse.Namespace, store: Store | None = None, attach=None) -> int:
+def run_serve(args: argparse.Namespace, store: CollectionStore | None = None,
+              attach=None) -> int:
     """Run a server until SIGTERM or SIGINT. Returns the process exit code.
 
     ``store``: serve this store instead of one under ``--data-dir``. ``attach(running, stop)``,
@@ -269,6 +281,7 @@ def run_serve(args: argparse.Namespace, store: Store | None = None, attach=None)
                 max_message_bytes=args.max_message_bytes,
                 max_concurrent_rpcs=args.max_concurrent_rpcs or None,
                 workers=args.workers,
+                threads=args.threads,
                 snapshot_wal_bytes=args.snapshot_wal_bytes,
                 metrics_port=getattr(args, "metrics_port", None),
                 metrics_host=getattr(args, "metrics_host", "127.0.0.1"),

@@ -17,7 +17,7 @@ import grpc
 import numpy as np
 
 from .. import __version__
-from ..errors import InvalidParameterError, SimsearchError
+from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperationError
 from ..index import MAX_K, index_kinds
 from . import convert
 from .errors import (
@@ -28,9 +28,9 @@ from .errors import (
     code_for,
     error_bases,
 )
+from .protocols import BlobStore, CollectionStore, PartReplica, ServedCollection
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
-from .store import Collection, Store
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def _is_strings(col) -> bool:
     return col.config.get("kind") == "strings"  # items are texts (docs/service.md)
 
 
-def _info(col: Collection) -> pb.CollectionInfo:
+def _info(col: ServedCollection) -> pb.CollectionInfo:
     d = col.describe()
     return pb.CollectionInfo(
         name=d["name"],
@@ -105,7 +105,7 @@ def _info(col: Collection) -> pb.CollectionInfo:
 
 
 class SimSearchServicer(pb_grpc.SimSearchServicer):
-    def __init__(self, store: Store, max_message_bytes: int, metrics=None):
+    def __init__(self, store: CollectionStore, max_message_bytes: int, metrics=None):
         self.store = store
         self.max_message_bytes = max_message_bytes
         self.metrics = metrics  # a ServiceMetrics, or None when metrics are off
@@ -251,12 +251,10 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         name, config, data = self._receive_chunks(request_iterator, "collection")
         return _info(self.store.import_collection(name, config, data))
 
-    def _blobs(self):
-        if not hasattr(self.store, "put_blob"):  # a Pyramid coordinator keeps none
-            from ..errors import UnsupportedOperationError
-
+    def _blobs(self) -> BlobStore:
+        if self.store.blobs is None:  # a cluster coordinator keeps none
             raise UnsupportedOperationError("this server keeps no blobs (it is a coordinator)")
-        return self.store
+        return self.store.blobs
 
     @_rpc
     def PutBlob(self, request_iterator, context, deadline):
@@ -277,11 +275,9 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     def ListBlobs(self, request, context, deadline):
         return pb.ListBlobsResponse(blobs=[pb.BlobInfo(**b) for b in self._blobs().list_blobs()])
 
-    def _part(self, name: str) -> Collection:
+    def _part(self, name: str) -> PartReplica:
         col = self.store.get(name)
-        if not hasattr(col, "part_prepare"):  # a Pyramid coordinator's collections
-            from ..errors import UnsupportedOperationError
-
+        if not col.part_replica:  # a cluster coordinator's collections
             raise UnsupportedOperationError("part writes go to shard servers, not coordinators")
         return col
 

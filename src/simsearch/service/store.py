@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .._durable import atomic_write, fsync_dir
 from .._rwlock import RWLock
 from ..errors import (
     CorruptIndexError,
@@ -50,7 +51,6 @@ from ..index import (
     SearchResult,
     as_id_array,
     as_matrix,
-    atomic_write,
     create_index,
     load,
 )
@@ -67,7 +67,7 @@ from .errors import (
     ServiceUnavailableError,
 )
 from .fenced import FencedState, PartOp
-from .wal import WriteAheadLog, fsync_dir
+from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,10 @@ def _read_config(path: Path) -> dict:
 
 
 class Collection:
-    """One named index with its log. Thread-safe."""
+    """One named index with its log. Thread-safe. A PartReplica (service.protocols): on a shard
+    server it also takes a cluster part's fenced writes."""
+
+    part_replica = True
 
     def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES):
         self.name = name
@@ -706,9 +709,17 @@ class Collection:
 
 
 class Store:
-    """The collections under one data directory."""
+    """The collections under one data directory, and its blobs (a CollectionStore and a
+    BlobStore, service.protocols)."""
 
     collection_class = Collection
+
+    @property
+    def blobs(self) -> Store:
+        return self
+
+    def collectors(self) -> tuple:
+        return ()  # the per-collection gauges (service.metrics) cover a node
 
     def __init__(
         self, data_dir: str | os.PathLike, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES

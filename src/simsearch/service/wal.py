@@ -19,10 +19,10 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._durable import fsync_dir
 from ..errors import CorruptIndexError
 
 _HEAD = struct.Struct("<II")
@@ -102,18 +102,6 @@ def scan(buf: bytes | memoryview) -> tuple[list[Record], int, bool]:
     return records, pos, False
 
 
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
 
 class WriteAheadLog:
     """One log file, opened for appending. Appends are serialized and fsynced."""
@@ -172,7 +160,3 @@ class WriteAheadLog:
         with self._lock:
             if not self._f.closed:
                 self._f.close()
-
-    def records(self) -> Iterator[Record]:
-        records, _, _ = scan(self.path.read_bytes())
-        yield from records

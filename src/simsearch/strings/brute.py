@@ -43,7 +43,7 @@ def brute_force_search(
     """Exact top-k of ``base`` by edit distance for each query, ties by smaller position.
     Returns (ids int64 (nq, k), distances int32 (nq, k)), padded with -1 / int32 max when
     ``len(base) < k``."""
-    from .cgk import _topk_small
+    from .cgk import smallest_k
 
     queries = check_strings(queries, "queries")
     base = check_strings(base, "base")
@@ -54,5 +54,5 @@ def brute_force_search(
     dists = np.full((nq, k), np.iinfo(np.int32).max, np.int32)
     for s in range(0, nq, block):
         d = edit_distance_matrix(queries[s : s + block], base, workers)
-        ids[s : s + block, :kk], dists[s : s + block, :kk] = _topk_small(d, kk)
+        ids[s : s + block, :kk], dists[s : s + block, :kk] = smallest_k(d, kk)
     return ids, dists

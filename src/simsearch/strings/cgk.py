@@ -71,11 +71,11 @@ def hamming_search(xq: np.ndarray, xb: np.ndarray, k: int, block: int = 64):
         e = min(s + block, nq)
         d = buf[: e - s]
         K.hamming_distances(xq[s:e], xb, d)
-        ids[s:e], dists[s:e] = _topk_small(d, k)
+        ids[s:e], dists[s:e] = smallest_k(d, k)
     return ids, dists
 
 
-def _topk_small(d: np.ndarray, k: int):
+def smallest_k(d: np.ndarray, k: int):
     """Smallest k per row of an integer matrix, ties by column."""
     n = d.shape[1]
     if k < n:

@@ -10,8 +10,6 @@ snapshots it right after, so recovery never re-trains.
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,7 +20,8 @@ from ..errors import (
     NotTrainedError,
     RetrainNonEmptyError,
 )
-from ..index import SearchResult, as_id_array, create_index, read_index_file, write_index_file
+from ..fileformat import read_index_file, write_index_file
+from ..index import SearchResult, as_id_array, create_index
 from ._alphabet import check_strings
 from .string_index import PAD_DISTANCE, StringIndex
 
@@ -91,15 +90,12 @@ class StringCollectionIndex:
             raise InvalidParameterError(
                 f"unknown training parameter(s) {sorted(unknown)}; allowed: {sorted(FIT_PARAMS)}")
         if encoder_file:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "encoder"
-                path.write_bytes(encoder_file)
-                try:
-                    enc = CNNEDEncoder.load(path)
-                except CorruptIndexError:  # the caller's bytes, not a damaged store
-                    raise InvalidParameterError(
-                        f"encoder must be the file CNNEDEncoder.save writes; got "
-                        f"{len(encoder_file)} bytes that are not one") from None
+            try:
+                enc = CNNEDEncoder.loads(encoder_file)
+            except CorruptIndexError:  # the caller's bytes, not a damaged store
+                raise InvalidParameterError(
+                    f"encoder must be the file CNNEDEncoder.save writes; got "
+                    f"{len(encoder_file)} bytes that are not one") from None
         else:
             texts = check_strings(texts, "training strings")
             enc = CNNEDEncoder(**self.encoder_params).fit(texts, progress=False, **fit_params)

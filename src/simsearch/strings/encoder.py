@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError
-from ..index import check_int, read_index_file, write_index_file
+from ..fileformat import read_index_bytes, read_index_file, write_index_bytes, write_index_file
+from ..index import check_int
 from ._alphabet import Alphabet, check_strings
 
 log = logging.getLogger(__name__)
@@ -265,3 +266,12 @@ class CNNEDEncoder:
     def load(cls, path: str | os.PathLike) -> CNNEDEncoder:
         header, arrays = read_index_file(path)
         return cls._from_state(header, arrays, str(path))
+
+    def to_bytes(self) -> bytes:
+        """The bytes ``save`` writes."""
+        return write_index_bytes(*self._state())
+
+    @classmethod
+    def loads(cls, data: bytes | bytearray | memoryview) -> CNNEDEncoder:
+        header, arrays = read_index_bytes(bytearray(data), "the encoder bytes")
+        return cls._from_state(header, arrays, "the encoder bytes")

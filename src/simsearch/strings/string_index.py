@@ -4,25 +4,23 @@ embeddings from a vector index (metric "l2"), re-rank them by exact edit distanc
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._rwlock import RWLock
 from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError, UnknownIdError
+from ..fileformat import read_index_file, write_index_file
 from ..index import (
     as_id_array,
     check_int,
     check_k,
+    check_threads,
     create_index,
-    read_index_file,
-    write_index_file,
 )
-from ..index import load as load_vector_index
+from ..index import loads as loads_vector_index
 from ._alphabet import check_strings
 from .brute import distances_with_cutoff
 from .encoder import CNNEDEncoder
@@ -136,7 +134,7 @@ class StringIndex:
         k = check_k(k)
         T = max(k, 1024) if n_candidates is None else check_int("n_candidates", n_candidates, 1)
         T = max(T, k)
-        n_threads = check_int("n_threads", n_threads, -1, 1024)
+        n_threads = check_threads(n_threads)
         xq = self.encoder.encode(queries)
         with self._lock.read():  # candidates and their strings from one state of the index
             return self._search(queries, xq, k, T, ef, n_threads, allow, deny)
@@ -178,10 +176,7 @@ class StringIndex:
             blobs = [s.encode("utf-8") for s in self._strings.values()]
             offsets = np.zeros(len(blobs) + 1, np.int64)
             np.cumsum([len(b) for b in blobs], out=offsets[1:])
-            with tempfile.TemporaryDirectory() as tmp:
-                vpath = Path(tmp) / "vectors"
-                self._vectors.save(vpath)
-                vbytes = np.frombuffer(vpath.read_bytes(), np.uint8)
+            vbytes = np.frombuffer(self._vectors.to_bytes(), np.uint8)
             header = {
                 "class": FILE_CLASS, "metric": "edit", "dim": self.encoder.dim,
                 "count": len(self), "params": {"index": self.index_kind, **self.index_params},
@@ -207,10 +202,7 @@ class StringIndex:
             obj.index_kind = params.pop("index")
             obj.index_params = params
             obj._lock = RWLock()
-            with tempfile.TemporaryDirectory() as tmp:
-                vpath = Path(tmp) / "vectors"
-                vpath.write_bytes(arrays["vectors"].tobytes())
-                obj._vectors = load_vector_index(vpath)
+            obj._vectors = loads_vector_index(arrays["vectors"])
             text = arrays["text"].tobytes()
             off = arrays["offsets"]
             ids = arrays["ids"]

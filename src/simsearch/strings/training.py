@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from .brute import edit_distance_matrix
-from .cgk import _topk_small
+from .cgk import smallest_k
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def nearest_neighbours(strings: list[str], n_neighbors: int, workers: int = -1,
             total += float(d.sum(dtype=np.float64))
             rows = np.arange(d.shape[0])
             d[rows, s + rows] = big  # not one's own neighbour
-            ids[s : s + block], dists[s : s + block] = _topk_small(d, kk)
+            ids[s : s + block], dists[s : s + block] = smallest_k(d, kk)
             bar.update(d.shape[0])
     mean = total / max(n * (n - 1), 1)
     return Neighbours(ids, dists, max(mean, 1e-6))
@@ -153,7 +153,7 @@ def pool_neighbours(strings: list[str], codes: np.ndarray, lengths: np.ndarray, 
             if exact:  # every string is a candidate
                 d = edit_distance_matrix([strings[i] for i in a.tolist()], strings, workers)
                 d[np.arange(a.size), a] = np.iinfo(np.int32).max  # not one's own neighbour
-                ids[s : s + block], dists[s : s + block] = _topk_small(d, kk)
+                ids[s : s + block], dists[s : s + block] = smallest_k(d, kk)
                 bar.update(a.size)
                 continue
             with threadpool_limits(max(workers, 1)):

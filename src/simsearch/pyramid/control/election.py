@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from ...errors import InvalidParameterError
-from ...service.errors import CoordinationError, NotLeaderError
+from .errors import CoordinationError, NotLeaderError
 from .etcd import Compare, Etcd, Lease, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,13 @@ class Election:
             self._cancel_watch = None
 
     # -- internals
+    def _new_lease(self) -> Lease:
+        made: list[Lease] = []  # the callback needs the lease it belongs to
+        lease = self.etcd.lease(
+            self.ttl, on_lost=lambda reason: made and self._on_lease_lost(made[0], reason))
+        made.append(lease)
+        return lease
+
     def _notify_lost(self, reason: str) -> None:
         log.warning("election %s: no longer leader (%s)", self.candidate, reason)
         if self._on_lost is not None:
@@ -246,8 +253,7 @@ class Election:
                         with self._lock:
                             if self._lease is lease:
                                 self._lease = None
-                    lease = self.etcd.lease(self.ttl)
-                    lease._on_lost = lambda reason, lease=lease: self._on_lease_lost(lease, reason)
+                    lease = self._new_lease()
                     with self._lock:
                         if not self._campaigning:
                             lease.revoke()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import SimsearchError
-from ...service.errors import CoordinationError
+from .errors import CoordinationError
 from .etcd import Compare, Etcd, WatchEvent
 
 log = logging.getLogger(__name__)
