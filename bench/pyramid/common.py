@@ -78,12 +78,12 @@ class Naive:
         self.pool = ThreadPoolExecutor(32)
 
     def search(self, q, k, **params):
-        from simsearch.pyramid._kernels import merge_topk_dedup
+        from simsearch._kernels import merge_topk
 
         rs = list(self.pool.map(lambda c: c.search(q, k, **params), self.cols))
         ids = np.concatenate([r.ids for r in rs], axis=1)
         sc = np.concatenate([r.scores for r in rs], axis=1)
-        return ss.SearchResult(*merge_topk_dedup(ids, sc, k, self.metric != "l2"))
+        return ss.SearchResult(*merge_topk(ids, sc, k, self.metric != "l2"))
 
 
 def closed_loop(search, queries, clients: int, seconds: float, cl: Cluster, batch: int = 1):

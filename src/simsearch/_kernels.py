@@ -75,6 +75,49 @@ def heap_finish(heap_s, heap_i, sizes):
             hv[slot], ht[slot] = -np.inf, -1
 
 
+@njit(cache=True)
+def merge_topk(cand_ids, cand_scores, k, higher_is_better):
+    """The one top-k merge: per row, the k best of (nq, L) candidate ids (int64, -1 padding)
+    and scores (float32), each id at most once (a Pyramid item may sit in several parts), ties
+    to the smaller id as everywhere else. Returns ids int64 (nq, k) and scores float32 (nq, k),
+    best first, -1 / the metric's padding where fewer than k."""
+    nq, width = cand_ids.shape
+    out_ids = np.full((nq, k), -1, np.int64)
+    pad = -np.inf if higher_is_better else np.inf
+    out_scores = np.full((nq, k), pad, np.float32)
+    key = np.empty(width, np.float64)
+    for i in range(nq):
+        by_id = np.argsort(cand_ids[i], kind="mergesort")  # then stably by score: ties by id
+        for t in range(width):
+            j = by_id[t]
+            if cand_ids[i, j] < 0:
+                key[t] = np.inf
+            else:
+                key[t] = -cand_scores[i, j] if higher_is_better else cand_scores[i, j]
+        order = by_id[np.argsort(key, kind="mergesort")]
+        filled = 0
+        for t in range(width):
+            j = order[t]
+            cid = cand_ids[i, j]
+            if cid < 0:
+                break
+            if filled and out_ids[i, filled - 1] == cid:  # a copy: equal ids sort together
+                continue
+            seen = False
+            for u in range(filled):
+                if out_ids[i, u] == cid:
+                    seen = True
+                    break
+            if seen:
+                continue
+            out_ids[i, filled] = cid
+            out_scores[i, filled] = cand_scores[i, j]
+            filled += 1
+            if filled == k:
+                break
+    return out_ids, out_scores
+
+
 @njit(cache=True, fastmath=True)
 def _dot(a, b):
     """a·b in any order of additions (fastmath lets the loop run in SIMD lanes)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._kernels import merge_topk
 from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperationError
 from ..filters import IdFilter
 from ..hnsw import HNSWIndex
@@ -28,7 +29,6 @@ from ..index import (
     normalize_rows,
     register,
 )
-from ._kernels import merge_topk_dedup
 
 log = logging.getLogger(__name__)
 
@@ -719,7 +719,7 @@ class PyramidIndex(Index):
                 continue
             cand_ids[rows, p * k : (p + 1) * k] = r.ids
             cand_scores[rows, p * k : (p + 1) * k] = r.scores
-        ids, scores = merge_topk_dedup(cand_ids, cand_scores, k, higher_is_better(self.metric))
+        ids, scores = merge_topk(cand_ids, cand_scores, k, higher_is_better(self.metric))
         if missed:
             total = sum(rows.size for _, rows, _e in jobs)
             return SearchResult(ids, scores, coverage=1.0 - missed / max(1, total))

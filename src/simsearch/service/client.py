@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .._kernels import merge_topk
 from ..errors import DuplicateIdError, InvalidFilterError, InvalidParameterError
 from ..filters import parse_filter
 from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
@@ -666,10 +667,8 @@ class RemoteCollection:
         pieces = [self.search(q, k, allow=filt.allow[i : i + step], deny=filt.deny, where=where,
                               **params) for i in range(0, filt.allow.size, step)]
         ids = np.concatenate([r.ids for r in pieces], axis=1)
-        scores = np.concatenate([r.scores for r in pieces], axis=1)
-        order = np.argsort(-scores if hib else scores, axis=1, kind="stable")[:, :k]
-        return SearchResult(np.take_along_axis(ids, order, 1),
-                            np.take_along_axis(scores, order, 1))
+        scores = np.concatenate([r.scores for r in pieces], axis=1).astype(np.float32)
+        return SearchResult(*merge_topk(ids.astype(np.int64), scores, k, hib))
 
     def remove(self, ids: Any, missing_ok: bool = False) -> int:
         """Remove ids; with ``missing_ok`` ids that are not stored are skipped."""
