@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import simsearch as ss
 from simsearch.datasets import synthetic_longtail
 from simsearch.errors import InvalidParameterError
+
+
+def finalists(report: str) -> dict[str, float]:
+    """us/query of each finalist timed on all the items, from the report's lines."""
+    found = re.findall(r"^on all \d+ items: (\S+) tuned to .*, ([0-9.]+) us/query$", report, re.M)
+    return {name: float(us) for name, us in found}
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +27,16 @@ def test_reaches_the_target_and_reports(longtail, tmp_path):
     base, queries = longtail
     idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:50], progress=False,
                         candidates=("flat", "norm-scan", "hnsw", "nr-lsh"), sample_size=4000)
-    assert idx.chosen in ("flat", "norm-scan", "hnsw", "nr-lsh")
+    # the choice follows its own measurements: the finalist with the lowest cost at full size
+    costs = finalists(idx.report)
+    assert len(costs) >= 2 and idx.chosen == min(costs, key=costs.get), idx.report
     assert f"chose {idx.chosen}" in idx.report and "| candidate |" in idx.report
     flat = ss.FlatIndex(24, "ip")
     flat.add(base)
     held_out = queries[50:]  # queries the choice never saw
     got, truth = idx.search(held_out, 10).ids, flat.search(held_out, 10).ids
     rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
-    assert rec >= 0.85, idx.report
+    assert rec >= 0.9 - 0.005, idx.report  # the promise, on queries it never saw
     idx.save(tmp_path / "auto.idx")
     back = ss.load(tmp_path / "auto.idx")
     assert back.chosen == idx.chosen and back.report == idx.report
@@ -53,7 +63,7 @@ def test_a_scan_budget_grows_with_the_index(longtail):
     flat.add(base)
     got, truth = idx.search(queries[50:], 10).ids, flat.search(queries[50:], 10).ids
     rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
-    assert rec >= 0.85, (rec, idx.report)
+    assert rec >= 0.9 - 0.005, (rec, idx.report)
 
 
 def test_the_partition_and_quantization_candidate(longtail, tmp_path):
@@ -62,12 +72,12 @@ def test_the_partition_and_quantization_candidate(longtail, tmp_path):
     base, queries = longtail
     idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:50], progress=False,
                         candidates=("neq",), sample_size=4000)
-    assert idx.chosen == "neq" and "n_probe=" in idx.report
+    assert re.search(r"neq tuned to n_probe=\d+", idx.report), idx.report
     flat = ss.FlatIndex(24, "ip")
     flat.add(base)
     got, truth = idx.search(queries[50:], 10).ids, flat.search(queries[50:], 10).ids
     rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
-    assert rec >= 0.85, (rec, idx.report)
+    assert rec >= 0.9 - 0.005, (rec, idx.report)
     idx.save(tmp_path / "auto.idx")
     np.testing.assert_array_equal(ss.load(tmp_path / "auto.idx").search(queries[50:], 10).ids,
                                   got)

@@ -181,7 +181,7 @@ def test_recall_rises_with_probes(nr, data, ranking):
 def test_default_ranking_recall(nr, simple, data):
     r_nr = recall(nr.search(data[1], K10, n_probe_items=800), data)
     r_simple = recall(simple.search(data[1], K10, n_probe_items=800), data)
-    assert r_nr >= 0.85, r_nr  # observed 1.0
+    assert r_nr >= 0.97, r_nr  # observed 1.0
     assert r_nr > r_simple + 0.1, (r_nr, r_simple)  # observed simple 0.70
 
 
@@ -242,7 +242,7 @@ def test_add_after_build_raises_U_and_rehashes(data):
     gt = np.argsort(-(queries @ x.T), axis=1)[:, :5]
     r = idx.search(queries, 5, n_probe_items=800)
     hits = np.mean([np.isin(a, b).mean() for a, b in zip(r.ids, gt, strict=True)])
-    assert hits >= 0.85, hits  # observed 0.92
+    assert hits >= 0.9, hits  # observed 0.92
 
 
 def test_incremental_adds_match_full_probe(data):
@@ -252,7 +252,7 @@ def test_incremental_adds_match_full_probe(data):
         idx.add(base[s : s + 1000])
     assert idx._state.n_partitioned == 7000
     assert recall(idx.search(queries, K10, n_probe_items=N), data) == 1.0
-    assert recall(idx.search(queries, K10, n_probe_items=800), data) >= 0.85  # observed 0.95
+    assert recall(idx.search(queries, K10, n_probe_items=800), data) >= 0.92  # observed 0.95
 
 
 @pytest.mark.parametrize("bad", [

@@ -300,7 +300,7 @@ def test_string_index_recall_against_brute_force(encoder, clustered):
     res = idx.search(queries, 10, n_candidates=50)
     assert (res.distances >= gt_d).all()
     hits = (res.distances <= gt_d[:, 9:10]).sum(1) / 10  # ties: anything within the k-th
-    assert hits.mean() >= 0.85  # observed 0.95
+    assert hits.mean() >= 0.92  # observed 0.95
     exact = idx.search(queries, 10, n_candidates=len(clustered))
     np.testing.assert_array_equal(exact.distances, gt_d)
     # the re-ranking's cutoffs change nothing: plain distances of the same candidates

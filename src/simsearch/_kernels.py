@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import _heap as H
+from . import _heap
 
 
 @njit(cache=True)
@@ -29,21 +29,21 @@ def topk_rows(scores, k, sign, tiebreak):
                 size += 1
                 if size == kk:
                     for i in range(kk // 2 - 1, -1, -1):
-                        H.sift_down_carry(hv, ht, hp, i, kk)
+                        _heap.sift_down_carry(hv, ht, hp, i, kk)
             elif v >= hv[0]:  # most items fail this and cost one compare
                 t = tiebreak[j]
                 if v > hv[0] or t < ht[0]:
                     hv[0], ht[0], hp[0] = v, t, j
-                    H.sift_down_carry(hv, ht, hp, 0, kk)
+                    _heap.sift_down_carry(hv, ht, hp, 0, kk)
         if size < kk:
             for i in range(size // 2 - 1, -1, -1):
-                H.sift_down_carry(hv, ht, hp, i, size)
+                _heap.sift_down_carry(hv, ht, hp, i, size)
         for slot in range(size - 1, -1, -1):  # pop the worst into the back
             pos[r, slot] = hp[0]
             out[r, slot] = sign * hv[0]
             size -= 1
             hv[0], ht[0], hp[0] = hv[size], ht[size], hp[size]
-            H.sift_down_carry(hv, ht, hp, 0, size)
+            _heap.sift_down_carry(hv, ht, hp, 0, size)
     return pos, out
 
 
@@ -60,7 +60,7 @@ def heap_push_block(scores, ids, rows, heap_s, heap_i, sizes):
         for j in range(scores.shape[1]):
             v = scores[r, j]
             if size < k or v >= hv[0]:  # most items fail this and cost one compare
-                size = H.push(hv, ht, size, v, ids[j])
+                size = _heap.push(hv, ht, size, v, ids[j])
         sizes[q] = size
 
 
@@ -70,7 +70,7 @@ def heap_finish(heap_s, heap_i, sizes):
     for q in range(heap_s.shape[0]):
         hv = heap_s[q]
         ht = heap_i[q]
-        H.sort_best_first(hv, ht, sizes[q])
+        _heap.sort_best_first(hv, ht, sizes[q])
         for slot in range(sizes[q], heap_s.shape[1]):
             hv[slot], ht[slot] = -np.inf, -1
 
@@ -145,7 +145,7 @@ def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht, allowed):
                 continue
             v = _dot(qr, x[i])
             n_read += 1
-            size = H.push(hv, ht, size, v, ids[i])
+            size = _heap.push(hv, ht, size, v, ids[i])
     return size, n_read
 
 

@@ -56,6 +56,8 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+_CPUS = available_cpus()
+
 # numba's thread count is per thread: a limit set on the main thread does not reach a server's
 # worker threads. So the process-wide width lives here and every parallel kernel call applies it
 # in its own thread through kernel_threads(). SIMSEARCH_NUM_THREADS sets it at start-up.
@@ -74,8 +76,8 @@ def set_kernel_threads(n: int | None) -> int | None:
 def kernel_width(n_threads: int | None = None) -> int:
     """Threads a parallel kernel may use: ``n_threads`` (-1 or None: as many as allowed),
     capped by the process-wide width and by numba's pool."""
-    cap = numba.config.NUMBA_NUM_THREADS if _width is None else min(
-        _width, numba.config.NUMBA_NUM_THREADS)
+    pool = min(numba.config.NUMBA_NUM_THREADS, _CPUS)  # numba sizes its pool by the machine
+    cap = pool if _width is None else min(_width, pool)
     if n_threads is None or n_threads == -1:
         return cap
     return max(1, min(int(n_threads), cap))

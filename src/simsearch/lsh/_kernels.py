@@ -21,6 +21,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import _heap
 from .._numba_util import prefetch as _prefetch
 
 PREFETCH_AHEAD = 16  # buckets; an item row is requested this many buckets before it is scored
@@ -204,7 +205,7 @@ def search_one(
                 for j in range(d):
                     s += q[j] * xs[it, j]
                 if cnt < k or s >= out_s[0]:  # most items lose to the heap's root: no call
-                    cnt = H.push(out_s, out_i, cnt, s, ids[it])
+                    cnt = _heap.push(out_s, out_i, cnt, s, ids[it])
             probed += i1 - i0
             if probed >= n_probe:
                 break

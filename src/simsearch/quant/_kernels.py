@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .. import _heap as H
+from .. import _heap
 from .._kernels import _dot
 
 _CHUNK = 64  # items scored before their scores are filtered
@@ -28,13 +28,13 @@ def _heap_range(lut, codes, norm_codes, norm_codebook, k, start, end, hs, hi):
         if s > hs[0]:
             hs[0] = s
             hi[0] = i
-            H.sift_down(hs, hi, 0, k)
+            _heap.sift_down(hs, hi, 0, k)
 
 
 @njit(cache=True, inline="always")
 def _heap_sorted(hs, hi, k, out_s, out_i):
     """Heap sort (repeatedly move the worst to the back) into out_s / out_i, best first."""
-    H.sort_best_first(hs, hi, k)
+    _heap.sort_best_first(hs, hi, k)
     out_s[:] = hs
     out_i[:] = hi
 
