@@ -78,7 +78,9 @@ class _Tail:
         self.n = 0
 
     def full(self, sorted_items: int) -> bool:
-        return self.n > max(_TAIL_MIN, sorted_items // 8)
+        """Time to merge: past the threshold, or the first rows of an empty store (a bulk load
+        goes straight to the sorted order, which a budgeted scan relies on)."""
+        return self.n > max(_TAIL_MIN, sorted_items // 8) or not sorted_items
 
 
 def _joined(idx, arrays: tuple) -> tuple:
@@ -261,12 +263,15 @@ class NormScanIndex(Index):
             heap_i[np.isneginf(heap_s)] = -1  # a skipped item that filled a short heap
         return SearchResult(heap_i, heap_s), scanned
 
+    # the tail is saved as it is, so a loaded index scores exactly as the saved one
     def _get_state(self):
-        x, ids, _ = self._all()
-        return {}, {"x": x, "ids": ids}
+        tx, tids = self._tail.view()[:2]
+        return {}, {"x": self._x, "ids": self._ids, "tail_x": tx, "tail_ids": tids}
 
     def _set_state(self, meta, arrays):
         self._store(np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64))
+        if "tail_ids" in arrays:
+            self._tail.append(np.array(arrays["tail_x"], np.float32), arrays["tail_ids"])
 
 
 @register("norm-ivf")
@@ -412,10 +417,16 @@ class NormIVFIndex(Index):
         return SearchResult(ids, scores), scored
 
     def _get_state(self):
-        x, ids, _, lists = self._all()
-        return {}, {"x": x, "ids": ids, "lists": lists, "centroids": self._centroids}
+        tx, tids, _, tl = self._tail.view()
+        return {}, {"x": self._x, "ids": self._ids, "lists": self._lists,
+                    "centroids": self._centroids, "tail_x": tx, "tail_ids": tids,
+                    "tail_lists": tl}
 
     def _set_state(self, meta, arrays):
         self._centroids = np.array(arrays["centroids"], np.float32)
         self._store(np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64),
                     np.array(arrays["lists"], np.int64))
+        if "tail_ids" in arrays:
+            tx, tl = np.array(arrays["tail_x"], np.float32), arrays["tail_lists"]
+            self._tail.append(tx, arrays["tail_ids"], tl)
+            np.maximum.at(self._list_norm, tl, np.linalg.norm(tx, axis=1).astype(np.float32))

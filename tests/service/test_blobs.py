@@ -59,5 +59,5 @@ def test_a_coordinator_store_has_no_blobs():
 
     from simsearch.service.servicer import SimSearchServicer
 
-    with pytest.raises(UnsupportedOperationError, match="no blobs"):
-        SimSearchServicer(SimpleNamespace(), 1 << 20)._blobs()
+    with pytest.raises(UnsupportedOperationError, match="no blobs"):  # a store declaring none
+        SimSearchServicer(SimpleNamespace(blobs=None), 1 << 20)._blobs()

@@ -398,10 +398,10 @@ class NEQIndex(Index):
         by q·c alone (simsearch._lists.rank). (A strict cone bound, |q| R cos(max(0, angle(q, c)
         - widest item angle)), was measured too: spherical k-means lists are 60-70 degrees
         wide, so it ranks by R alone and lost to both; docs/bench-quant.md.)"""
+        check_ranking(ranking)  # first: probing every list never reaches rank()
         if n_probe is None:
             return None
         n_probe = check_int("n_probe", n_probe, 1)
-        check_ranking(ranking)  # here too: probing every list never reaches rank()
         if not self.n_lists:
             raise InvalidParameterError(
                 f"n_probe={n_probe} needs a coarse partition; build with n_lists > 0"

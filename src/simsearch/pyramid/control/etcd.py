@@ -299,7 +299,8 @@ class Etcd:
         """Delete keys in ``[start, end)`` (relative keys); returns how many."""
         # a transaction with no compares: the library's public way to a ranged delete
         op = self._etcd3.transactions.Delete(self.full(start), range_end=self.full(end))
-        _, responses = self._call(f"delete range {start}", self._client.transaction, [], [op])
+        _, responses = self._call(f"delete range {start}", self._client.transaction, [], [op],
+                                  [])
         return int(responses[0].response_delete_range.deleted)
 
     # -- writes
