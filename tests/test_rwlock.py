@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-import simsearch.index as index_mod
+import simsearch._validate as validate_mod
 from simsearch._rwlock import RWLock
 from simsearch.errors import InvalidParameterError
 from simsearch.flat import FlatIndex
@@ -104,7 +104,7 @@ def test_k_beyond_n_pads_and_huge_results_are_refused(monkeypatch):
     assert r.ids.shape == (3, 150)
     assert (r.ids[:, :100] >= 0).all() and (r.ids[:, 100:] == -1).all()
     assert np.isneginf(r.scores[:, 100:]).all()
-    monkeypatch.setattr(index_mod, "MAX_RESULT_ENTRIES", 1000)
+    monkeypatch.setattr(validate_mod, "MAX_RESULT_ENTRIES", 1000)
     with pytest.raises(InvalidParameterError, match="at most 1000 entries"):
         idx.search(np.zeros((11, 8), np.float32), 100)
     assert idx.search(np.zeros((10, 8), np.float32), 100).ids.shape == (10, 100)
