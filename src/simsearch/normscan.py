@@ -98,17 +98,15 @@ def _joined(idx, arrays: tuple) -> tuple:
 
 
 def _as_heaps(scores: np.ndarray, ids: np.ndarray, sizes: np.ndarray):
-    """Best-first rows as worst-at-root heaps (heap_push_block's layout): a row sorted best
-    first, reversed, is a valid heap."""
-    heap_s, heap_i = np.full_like(scores, -np.inf), np.full_like(ids, -1)
-    for r in range(scores.shape[0]):
-        m = int(sizes[r])
-        heap_s[r, :m] = scores[r, m - 1 :: -1] if m else scores[r, :0]
-        heap_i[r, :m] = ids[r, m - 1 :: -1] if m else ids[r, :0]
-    return heap_s, heap_i
+    """Best-first rows as worst-at-root heaps (heap_push_block's layout): a row's m entries
+    sorted best first, reversed, are a valid heap; the padding stays behind them."""
+    j = np.arange(scores.shape[1])[None, :]
+    order = np.where(j < sizes[:, None], sizes[:, None] - 1 - j, j)
+    return (np.take_along_axis(scores, order, 1).copy(),
+            np.take_along_axis(ids, order, 1).copy())
 
 
-def _push_tail(q, tail, k, heap_s, heap_i, sizes, hide=None):
+def _push_tail(q, tail, heap_s, heap_i, sizes, hide=None):
     """Score every tail row for every query into the heaps; ``hide`` (nq, t) bool: pairs left
     out (a filter's, or rows outside the lists a query visits)."""
     x, ids = tail.view()[:2]
@@ -233,7 +231,7 @@ class NormScanIndex(Index):
         scanned = np.zeros(nq, np.int64)
         qn = np.linalg.norm(q, axis=1).astype(np.float32)
         if rows is None and self._tail.n:  # its k-th best can only stop the scan sooner
-            _push_tail(q, self._tail, k, heap_s, heap_i, sizes, hide)
+            _push_tail(q, self._tail, heap_s, heap_i, sizes, hide)
             scanned += self._tail.n
         active = np.arange(nq, dtype=np.int64)
         start, block = 0, _FIRST_BLOCK
@@ -410,7 +408,7 @@ class NormIVFIndex(Index):
                 hide |= ~allowed[n:].astype(bool)[None, :]
             sizes = (ids >= 0).sum(1)  # the kernel's rows are heaps' sorted contents
             heap_s, heap_i = _as_heaps(scores, ids, sizes)
-            _push_tail(q, self._tail, k, heap_s, heap_i, sizes, hide)
+            _push_tail(q, self._tail, heap_s, heap_i, sizes, hide)
             heap_finish(heap_s, heap_i, sizes)
             ids, scores = heap_i, heap_s
             scored = scored + (~hide).sum(1)
