@@ -84,48 +84,56 @@ inline void push_masked(TopK& top, const float* sc, uint32_t mask, int64_t base)
 // ---- NEQ fast-scan ------------------------------------------------------------------------
 
 #if defined(SS_AVX2) || defined(SS_AVX512)
-// 32 accumulators of one block: items 0..15 (``even``) and 16..31 (``odd``) as uint16 lanes.
-// Adding a byte vector as uint16 lanes sums item j in the low byte and item 16 + j in the high
-// byte; the high bytes are also summed alone, and subtracted back out at the end (faiss's trick:
-// no unpacking inside the loop).
-inline void accumulate256(const uint8_t* blk, int64_t n_pairs, const __m256i* lut,
-                          __m256i& even, __m256i& odd) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  __m256i lo_acc = _mm256_setzero_si256(), hi_acc = _mm256_setzero_si256();
+// A register's bytes and uint16 lanes as GCC vector types, so that one accumulation serves both
+// widths: the compiler emits the same vpand / vpaddw / vpsrlw the intrinsics would.
+template <int Bytes> struct Lanes;
+template <> struct Lanes<32> {
+  typedef uint8_t u8 __attribute__((vector_size(32)));
+  typedef uint16_t u16 __attribute__((vector_size(32)));
+};
+template <> struct Lanes<64> {
+  typedef uint8_t u8 __attribute__((vector_size(64)));
+  typedef uint16_t u16 __attribute__((vector_size(64)));
+};
+
+// one 32-item block per 256-bit register; two per 512-bit one (b0 low half, b1 high)
+inline void load_codes(const uint8_t* b0, const uint8_t*, __m256i& c) {
+  c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0));
+}
+inline __m256i lookup(__m256i table, __m256i idx) { return _mm256_shuffle_epi8(table, idx); }
+#if defined(SS_AVX512)
+inline void load_codes(const uint8_t* b0, const uint8_t* b1, __m512i& c) {
+  c = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1)), 1);
+}
+inline __m512i lookup(__m512i table, __m512i idx) { return _mm512_shuffle_epi8(table, idx); }
+#endif
+
+// 32 accumulators of one block (two in a 512-bit V): items 0..15 (``even``) and 16..31
+// (``odd``) as uint16 lanes. Adding a byte vector as uint16 lanes sums item j in the low byte
+// and item 16 + j in the high byte; the high bytes are also summed alone, and subtracted back
+// out at the end (faiss's trick: no unpacking inside the loop).
+template <class V>
+inline void accumulate(const uint8_t* b0, const uint8_t* b1, int64_t n_pairs, const V* lut,
+                       V& even, V& odd) {
+  using U8 = typename Lanes<sizeof(V)>::u8;
+  using U16 = typename Lanes<sizeof(V)>::u16;
+  U16 lo_acc = {}, hi_acc = {};
   for (int64_t p = 0; p < n_pairs; ++p) {
-    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + p * 32));
-    __m256i v0 = _mm256_shuffle_epi8(lut[2 * p], _mm256_and_si256(c, m4));
-    __m256i v1 = _mm256_shuffle_epi8(lut[2 * p + 1],
-                                     _mm256_and_si256(_mm256_srli_epi16(c, 4), m4));
-    lo_acc = _mm256_add_epi16(lo_acc, _mm256_add_epi16(v0, v1));
-    hi_acc = _mm256_add_epi16(hi_acc, _mm256_add_epi16(_mm256_srli_epi16(v0, 8),
-                                                       _mm256_srli_epi16(v1, 8)));
+    V c;
+    load_codes(b0 + p * 32, b1 + p * 32, c);
+    U16 v0 = (U16)lookup(lut[2 * p], (V)((U8)c & 0x0f));
+    U16 v1 = (U16)lookup(lut[2 * p + 1], (V)((U8)((U16)c >> 4) & 0x0f));
+    lo_acc += v0 + v1;
+    hi_acc += (v0 >> 8) + (v1 >> 8);
   }
-  even = _mm256_sub_epi16(lo_acc, _mm256_slli_epi16(hi_acc, 8));
-  odd = hi_acc;
+  even = (V)(lo_acc - (hi_acc << 8));
+  odd = (V)hi_acc;
 }
 #endif
 
 #if defined(SS_AVX512)
-inline void accumulate512(const uint8_t* b0, const uint8_t* b1, int64_t n_pairs,
-                          const __m512i* lut, __m512i& even, __m512i& odd) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
-  __m512i lo_acc = _mm512_setzero_si512(), hi_acc = _mm512_setzero_si512();
-  for (int64_t p = 0; p < n_pairs; ++p) {
-    __m512i c = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + p * 32))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + p * 32)), 1);
-    __m512i v0 = _mm512_shuffle_epi8(lut[2 * p], _mm512_and_si512(c, m4));
-    __m512i v1 = _mm512_shuffle_epi8(lut[2 * p + 1],
-                                     _mm512_and_si512(_mm512_srli_epi16(c, 4), m4));
-    lo_acc = _mm512_add_epi16(lo_acc, _mm512_add_epi16(v0, v1));
-    hi_acc = _mm512_add_epi16(hi_acc, _mm512_add_epi16(_mm512_srli_epi16(v0, 8),
-                                                       _mm512_srli_epi16(v1, 8)));
-  }
-  even = _mm512_sub_epi16(lo_acc, _mm512_slli_epi16(hi_acc, 8));
-  odd = hi_acc;
-}
-
 // estimates of 16 items from their uint16 sums; pushes those above the heap's threshold
 inline void finish16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale,
                      float bias, uint32_t valid, TopK& top, int64_t base) {
@@ -164,6 +172,25 @@ inline void finish16(__m256i sums, const uint8_t* norms, const float* codebook, 
 
 inline uint32_t valid_mask(int cnt) { return cnt >= 32 ? 0xffffffffu : ((1u << cnt) - 1u); }
 
+#if defined(SS_AVX2) || defined(SS_AVX512)
+// blocks [b, b_end) one at a time in 256-bit registers; ``cb``: the norm codebook as finish16
+// of this ISA takes it
+template <class Codebook>
+inline void scan_blocks256(const FastScanArgs& a, int64_t b, int64_t b_end, const __m256i* lut,
+                           Codebook cb, float scale, float bias, TopK& top) {
+  const int64_t stride = a.n_pairs * 32 + 32;
+  for (; b < b_end; ++b) {
+    const uint8_t* blk = a.blocks + b * stride;
+    __m256i even, odd;
+    accumulate(blk, blk, a.n_pairs, lut, even, odd);
+    uint32_t valid = valid_mask(a.block_count[b]);
+    const uint8_t* norms = blk + a.n_pairs * 32;
+    finish16(even, norms, cb, scale, bias, valid & 0xffffu, top, a.block_base[b]);
+    finish16(odd, norms + 16, cb, scale, bias, valid >> 16, top, a.block_base[b] + 16);
+  }
+}
+#endif
+
 void scan_list(const FastScanArgs& a, int64_t q, int64_t list, TopK& top, const void* lut_vecs) {
   const int64_t stride = a.n_pairs * 32 + 32;
   const int64_t b_end = a.list_blocks[list + 1];
@@ -176,7 +203,7 @@ void scan_list(const FastScanArgs& a, int64_t q, int64_t list, TopK& top, const 
     const uint8_t* b0 = a.blocks + b * stride;
     const uint8_t* b1 = b0 + stride;
     __m512i even, odd;
-    accumulate512(b0, b1, a.n_pairs, lut512, even, odd);
+    accumulate(b0, b1, a.n_pairs, lut512, even, odd);
     for (int t = 0; t < 2; ++t) {
       const uint8_t* norms = (t ? b1 : b0) + a.n_pairs * 32;
       uint32_t valid = valid_mask(a.block_count[b + t]);
@@ -187,28 +214,12 @@ void scan_list(const FastScanArgs& a, int64_t q, int64_t list, TopK& top, const 
                cb, scale, bias, valid >> 16, top, base + 16);
     }
   }
-  const __m256i* lut256 = reinterpret_cast<const __m256i*>(lut512 + 2 * a.n_pairs);
-  for (; b < b_end; ++b) {
-    const uint8_t* blk = a.blocks + b * stride;
-    __m256i even, odd;
-    accumulate256(blk, a.n_pairs, lut256, even, odd);
-    uint32_t valid = valid_mask(a.block_count[b]);
-    const uint8_t* norms = blk + a.n_pairs * 32;
-    finish16(even, norms, cb, scale, bias, valid & 0xffffu, top, a.block_base[b]);
-    finish16(odd, norms + 16, cb, scale, bias, valid >> 16, top, a.block_base[b] + 16);
-  }
+  // a block left over: the 256-bit copies of the tables follow the 512-bit ones
+  scan_blocks256(a, b, b_end, reinterpret_cast<const __m256i*>(lut512 + 2 * a.n_pairs), cb,
+                 scale, bias, top);
 #elif defined(SS_AVX2)
-  const __m256i* lut256 = static_cast<const __m256i*>(lut_vecs);
-  for (; b < b_end; ++b) {
-    const uint8_t* blk = a.blocks + b * stride;
-    __m256i even, odd;
-    accumulate256(blk, a.n_pairs, lut256, even, odd);
-    uint32_t valid = valid_mask(a.block_count[b]);
-    const uint8_t* norms = blk + a.n_pairs * 32;
-    finish16(even, norms, a.norm_codebook, scale, bias, valid, top, a.block_base[b]);
-    finish16(odd, norms + 16, a.norm_codebook, scale, bias, valid >> 16, top,
-             a.block_base[b] + 16);
-  }
+  scan_blocks256(a, b, b_end, static_cast<const __m256i*>(lut_vecs), a.norm_codebook, scale,
+                 bias, top);
 #else
   const uint8_t* lut = static_cast<const uint8_t*>(lut_vecs);
   for (; b < b_end; ++b) {

@@ -89,12 +89,13 @@ def test_scan_kernel_matches_reference(n, k):
     nc = rng.integers(0, 16, n).astype(np.uint8)
     ncb = rng.uniform(0.5, 2, 16).astype(np.float32)
     ref_pos, ref_s = scan_reference(lut, codes, nc, ncb, k)
-    for fn in (K.scan_batch, K.scan_batch_parallel):
-        pos, s = fn(lut, codes, nc, ncb, k)
+    whole = K.whole(n, len(lut))
+    for fn in (K.scan_lists_batch, K.scan_lists_batch_parallel):
+        pos, s = fn(lut, codes, nc, ncb, k, *whole)
         np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-5)
         assert_knn_equal(pos, s, ref_pos, ref_s)
         # unordered (candidates for a re-rank): the same k best, in any order
-        pos_u, s_u = fn(lut, codes, nc, ncb, k, False)
+        pos_u, s_u = fn(lut, codes, nc, ncb, k, *whole, False)
         np.testing.assert_array_equal(np.sort(pos_u, 1), np.sort(pos, 1))
         np.testing.assert_allclose(np.sort(s_u, 1), np.sort(s, 1), rtol=1e-6)
 

@@ -118,9 +118,10 @@ def merge_topk(cand_ids, cand_scores, k, higher_is_better):
     return out_ids, out_scores
 
 
-@njit(cache=True, fastmath=True)
-def _dot(a, b):
-    """a·b in any order of additions (fastmath lets the loop run in SIMD lanes)."""
+@njit(cache=True, fastmath=True, inline="always")
+def dot(a, b):
+    """a·b of two float32 vectors in any order of additions (fastmath lets the loop run in SIMD
+    lanes); inlined into the kernel that calls it."""
     s = np.float32(0.0)
     for j in range(a.shape[0]):
         s += a[j] * b[j]
@@ -128,28 +129,43 @@ def _dot(a, b):
 
 
 @njit(cache=True, inline="always")
-def _norm_lists_one(qr, qn, x, norms, ids, offsets, probes, k, hv, ht, allowed):
-    """One query of :func:`scan_norm_lists` into its heap (hv, ht): (heap size, items scored).
-    ``allowed`` uint8 per position (empty: every item): the others are skipped, which can only
-    make a list's stop later, never wrong."""
-    masked = allowed.shape[0] > 0
+def _norm_lists_row(r, q, qn, x, norms, ids, offsets, probes, k, allowed, hs, hi, sizes, scored):
+    """Query r of :func:`scan_norm_lists` into its heap (hs[r], hi[r]), with the heap's size
+    and the items it scored. ``allowed`` uint8 per position (empty: every
+    item): the others are skipped, which can only make a list's stop later, never wrong."""
+    hv, ht = hs[r], hi[r]
+    qr, masked = q[r], allowed.shape[0] > 0
     # a hair above |q|: the computed q·x of an item parallel to q may round above |q||x|
-    bound = qn * np.float32(1.0 + 2.0**-16)
+    bound = qn[r] * np.float32(1.0 + 2.0**-16)
     size, n_read = 0, 0
-    for p in range(probes.shape[0]):
-        lst = probes[p]
+    for p in range(probes.shape[1]):
+        lst = probes[r, p]
         for i in range(offsets[lst], offsets[lst + 1]):
             if size == k and bound * norms[i] < hv[0]:
                 break
             if masked and not allowed[i]:
                 continue
-            v = _dot(qr, x[i])
+            v = dot(qr, x[i])
             n_read += 1
             # the guard before the call, not only inside it: without it this loop ran 2.9x
             # slower (bench/heap_bench.py), though push makes the same test
             if size < k or v >= hv[0]:
                 size = _heap.push(hv, ht, size, v, ids[i])
-    return size, n_read
+    sizes[r], scored[r] = size, n_read
+
+
+@njit(cache=True, inline="always")
+def _norm_lists_out(nq, k):
+    """(heap scores, heap ids, heap sizes, items scored) for nq queries, the heaps empty."""
+    return (np.full((nq, k), -np.inf, np.float32), np.full((nq, k), -1, np.int64),
+            np.zeros(nq, np.int64), np.zeros(nq, np.int64))
+
+
+@njit(cache=True, inline="always")
+def _norm_lists_result(hs, hi, sizes, scored):
+    """(ids, scores, items scored) of filled heaps, each row best first."""
+    heap_finish(hs, hi, sizes)
+    return hi, hs, scored
 
 
 @njit(cache=True)
@@ -161,28 +177,18 @@ def scan_norm_lists(q, qn, x, norms, ids, offsets, probes, k, allowed):
     item after it can do better. Ties go to the smaller id. Returns (ids int64 (nq, k), scores
     float32 (nq, k), best first, -1 / -inf padded; items scored per query int64 (nq,)).
     ``allowed``: uint8 per position, the items a filtered search may return (empty: all)."""
-    nq = q.shape[0]
-    heap_s = np.full((nq, k), -np.inf, np.float32)
-    heap_i = np.full((nq, k), -1, np.int64)
-    sizes = np.zeros(nq, np.int64)
-    scored = np.zeros(nq, np.int64)
-    for r in range(nq):
-        sizes[r], scored[r] = _norm_lists_one(q[r], qn[r], x, norms, ids, offsets, probes[r], k,
-                                              heap_s[r], heap_i[r], allowed)
-    heap_finish(heap_s, heap_i, sizes)
-    return heap_i, heap_s, scored
+    hs, hi, sizes, scored = _norm_lists_out(q.shape[0], k)
+    for r in range(q.shape[0]):
+        _norm_lists_row(r, q, qn, x, norms, ids, offsets, probes, k, allowed, hs, hi, sizes,
+                        scored)
+    return _norm_lists_result(hs, hi, sizes, scored)
 
 
 @njit(cache=True, parallel=True)
 def scan_norm_lists_parallel(q, qn, x, norms, ids, offsets, probes, k, allowed):
     """As :func:`scan_norm_lists`, queries spread over numba threads."""
-    nq = q.shape[0]
-    heap_s = np.full((nq, k), -np.inf, np.float32)
-    heap_i = np.full((nq, k), -1, np.int64)
-    sizes = np.zeros(nq, np.int64)
-    scored = np.zeros(nq, np.int64)
-    for r in prange(nq):
-        sizes[r], scored[r] = _norm_lists_one(q[r], qn[r], x, norms, ids, offsets, probes[r], k,
-                                              heap_s[r], heap_i[r], allowed)
-    heap_finish(heap_s, heap_i, sizes)
-    return heap_i, heap_s, scored
+    hs, hi, sizes, scored = _norm_lists_out(q.shape[0], k)
+    for r in prange(q.shape[0]):
+        _norm_lists_row(r, q, qn, x, norms, ids, offsets, probes, k, allowed, hs, hi, sizes,
+                        scored)
+    return _norm_lists_result(hs, hi, sizes, scored)

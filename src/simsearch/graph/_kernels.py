@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._kernels import dot
 from .._numba_util import prefetch as _prefetch
 
 TAG_LIMIT = 2**31 - 8  # a visited array is zeroed when its tag would pass this
@@ -27,15 +28,6 @@ def _prefetch_item(xb, visited, u):
     _prefetch(visited, u, 0)
     for c in range(0, xb.shape[1], 16):
         _prefetch(xb, u, c)
-
-
-@njit(cache=True, fastmath=True, inline="always")
-def _dot(a, b):
-    """Inner product of two float32 vectors."""
-    s = np.float32(0.0)
-    for t in range(a.shape[0]):
-        s += a[t] * b[t]
-    return s
 
 
 @njit(cache=True, inline="always")
@@ -64,7 +56,7 @@ def pool_insert(pool_ids, pool_scores, pool_done, size, cap, node, score):
 
 @njit(cache=True, fastmath=True, inline="always")
 def _score(xb, scale, use_scale, q, u):
-    s = _dot(q, xb[u])
+    s = dot(q, xb[u])
     if use_scale:
         s *= scale[u]
     return s
@@ -136,7 +128,7 @@ def seeded_search(xb, links, degree, q, seeds, n_seeds, ef, visited, tag,
             continue
         visited[s] = tag
         ndis += 1
-        size, pos = pool_insert(pool_ids, pool_scores, pool_done, size, ef, s, _dot(q, xb[s]))
+        size, pos = pool_insert(pool_ids, pool_scores, pool_done, size, ef, s, dot(q, xb[s]))
         if pos >= 0:
             pool_done[pos] = True  # expanded just below
     cur = 0
@@ -340,7 +332,7 @@ def link_phase(xb, links, degree, link_scores, start, stop, n_links, cand_ids, c
                                   cand_scores[r, t])  # fmt: skip
         for r2 in range(r):
             size, _ = pool_insert(top_ids, top_scores, top_done, size, n_links, start + r2,
-                                  _dot(xb[i], xb[start + r2]))  # fmt: skip
+                                  dot(xb[i], xb[start + r2]))  # fmt: skip
         total += r
         for t in range(size):
             links[i, t] = top_ids[t]
@@ -358,5 +350,5 @@ def recompute_link_scores(xb, links, degree):
     out = np.full((n, width), -np.inf, np.float32)
     for i in range(n):
         for t in range(degree[i]):
-            out[i, t] = _dot(xb[i], xb[links[i, t]])
+            out[i, t] = dot(xb[i], xb[links[i, t]])
     return out

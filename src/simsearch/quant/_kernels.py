@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit, prange
 
 from .. import _heap
-from .._kernels import _dot
+from .._kernels import dot
 
 _CHUNK = 64  # items scored before their scores are filtered
 _HEAP_K = 32  # up to this k a min-heap keeps the best: its sift is short and rarely taken
@@ -145,74 +145,51 @@ def _buffer(k):
 
 
 @njit(cache=True)
-def scan_ranges(lut, codes, norm_codes, norm_codebook, k, starts, ends, out_s, out_i,
-                ordered=True):
-    """Top-k items for one query among the positions [starts[r], ends[r]) (int64 (R,)).
-    lut float32 (M, K); codes uint8 (n, M); norm_codes uint8 (n,); norm_codebook float32 (K,).
-    Writes out_s float32 (k,) best first and out_i int64 (k,) item positions (-1 and -inf past
-    the items there). Ties go to the smaller position when the ranges are visited in increasing
-    order. Unless ``ordered``, a k above _HEAP_K may come out in position order instead."""
+def scan_lists(lut, codes, norm_codes, norm_codebook, k, offsets, lists, out_s, out_i,
+               ordered=True):
+    """Top-k items for one query among the items of ``lists`` (int64, any order); list l holds
+    the positions [offsets[l], offsets[l + 1]). lut float32 (M, K); codes uint8 (n, M);
+    norm_codes uint8 (n,); norm_codebook float32 (K,). Writes out_s float32 (k,) best first and
+    out_i int64 (k,) item positions (-1 and -inf past the items there); ties go to the smaller
+    position (the lists are visited in increasing order, so positions ascend). Unless
+    ``ordered``, a k above _HEAP_K may come out in position order instead."""
+    lists = np.sort(lists)
     if k <= _HEAP_K:
         hs = np.full(k, -np.inf, np.float32)
         hi = np.full(k, -1, np.int64)
-        for r in range(starts.shape[0]):
-            _heap_range(lut, codes, norm_codes, norm_codebook, k, starts[r], ends[r], hs, hi)
+        for ls in lists:
+            _heap_range(lut, codes, norm_codes, norm_codebook, k, offsets[ls], offsets[ls + 1],
+                        hs, hi)  # fmt: skip
         _heap_sorted(hs, hi, k, out_s, out_i)
         return
     bs, bi, tmp = _buffer(k)
     cnt, thr = 0, np.float32(-np.inf)
-    for r in range(starts.shape[0]):
-        cnt, thr = _scan_range(lut, codes, norm_codes, norm_codebook, k, starts[r], ends[r],
-                               bs, bi, tmp, cnt, thr)
+    for ls in lists:
+        cnt, thr = _scan_range(lut, codes, norm_codes, norm_codebook, k, offsets[ls],
+                               offsets[ls + 1], bs, bi, tmp, cnt, thr)
     _finish(bs, bi, tmp, cnt, k, out_s, out_i, ordered)
 
 
-@njit(cache=True)
-def scan_batch(lut, codes, norm_codes, norm_codebook, k, ordered=True):
-    """Top-k for each query, one thread. lut float32 (nq, M, K). Returns (positions int64
-    (nq, k), scores float32 (nq, k)), best first."""
-    nq = lut.shape[0]
-    out_i = np.empty((nq, k), np.int64)
-    out_s = np.empty((nq, k), np.float32)
-    starts, ends = np.zeros(1, np.int64), np.full(1, codes.shape[0], np.int64)  # every item
-    for q in range(nq):
-        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, starts, ends, out_s[q],
-                    out_i[q], ordered)
-    return out_i, out_s
-
-
-@njit(cache=True, parallel=True)
-def scan_batch_parallel(lut, codes, norm_codes, norm_codebook, k, ordered=True):
-    """As :func:`scan_batch`, queries spread over numba threads."""
-    nq = lut.shape[0]
-    out_i = np.empty((nq, k), np.int64)
-    out_s = np.empty((nq, k), np.float32)
-    starts, ends = np.zeros(1, np.int64), np.full(1, codes.shape[0], np.int64)  # every item
-    for q in prange(nq):
-        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, starts, ends, out_s[q],
-                    out_i[q], ordered)
-    return out_i, out_s
-
-
 @njit(cache=True, inline="always")
-def _probe_ranges(offsets, probes_q):
-    """Position ranges of the probed lists (ascending list order, so ascending positions)."""
-    lists = np.sort(probes_q)
-    return offsets[lists], offsets[lists + 1]
+def _outputs(nq, k):
+    """Uninitialised (positions int64 (nq, k), scores float32 (nq, k)) for a batch's results."""
+    return np.empty((nq, k), np.int64), np.empty((nq, k), np.float32)
+
+
+def whole(n: int, nq: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, probes) that make every one of n items a single list probed by nq queries."""
+    return np.array([0, n], np.int64), np.zeros((nq, 1), np.int64)
 
 
 @njit(cache=True)
 def scan_lists_batch(lut, codes, norm_codes, norm_codebook, k, offsets, probes, ordered=True):
-    """Top-k for each query among the items of its probed lists, one thread. Items are stored
-    grouped by list: list l holds positions [offsets[l], offsets[l + 1]). probes int64
-    (nq, n_probe). Returns (positions int64 (nq, k), scores float32 (nq, k)), best first."""
-    nq = lut.shape[0]
-    out_i = np.empty((nq, k), np.int64)
-    out_s = np.empty((nq, k), np.float32)
-    for q in range(nq):
-        st, en = _probe_ranges(offsets, probes[q])
-        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, st, en, out_s[q], out_i[q],
-                    ordered)
+    """:func:`scan_lists` for each query, one thread: lut float32 (nq, M, K), probes int64
+    (nq, n_probe) (:func:`whole` to scan every item). Returns (positions int64 (nq, k), scores
+    float32 (nq, k)), best first."""
+    out_i, out_s = _outputs(lut.shape[0], k)
+    for q in range(lut.shape[0]):
+        scan_lists(lut[q], codes, norm_codes, norm_codebook, k, offsets, probes[q], out_s[q],
+                   out_i[q], ordered)
     return out_i, out_s
 
 
@@ -220,13 +197,10 @@ def scan_lists_batch(lut, codes, norm_codes, norm_codebook, k, offsets, probes, 
 def scan_lists_batch_parallel(lut, codes, norm_codes, norm_codebook, k, offsets, probes,
                               ordered=True):
     """As :func:`scan_lists_batch`, queries spread over numba threads."""
-    nq = lut.shape[0]
-    out_i = np.empty((nq, k), np.int64)
-    out_s = np.empty((nq, k), np.float32)
-    for q in prange(nq):
-        st, en = _probe_ranges(offsets, probes[q])
-        scan_ranges(lut[q], codes, norm_codes, norm_codebook, k, st, en, out_s[q], out_i[q],
-                    ordered)
+    out_i, out_s = _outputs(lut.shape[0], k)
+    for q in prange(lut.shape[0]):
+        scan_lists(lut[q], codes, norm_codes, norm_codebook, k, offsets, probes[q], out_s[q],
+                   out_i[q], ordered)
     return out_i, out_s
 
 
@@ -239,7 +213,7 @@ def _rerank_one(pos, x, q, k, out_s, out_i):
         p = pos[j]
         if p < 0:
             continue
-        s = _dot(x[p], q)
+        s = dot(x[p], q)
         if cnt == k and (s < out_s[k - 1] or (s == out_s[k - 1] and p > out_i[k - 1])):
             continue
         i = min(cnt, k - 1)
@@ -256,10 +230,8 @@ def _rerank_one(pos, x, q, k, out_s, out_i):
 def rerank_batch(pos, x, q, k):
     """Each query's k best of its candidates pos int64 (nq, kk) by exact inner product with
     the raw vectors x float32 (n, d): (positions int64 (nq, k), scores float32 (nq, k))."""
-    nq = pos.shape[0]
-    out_i = np.empty((nq, k), np.int64)
-    out_s = np.empty((nq, k), np.float32)
-    for i in range(nq):
+    out_i, out_s = _outputs(pos.shape[0], k)
+    for i in range(pos.shape[0]):
         _rerank_one(pos[i], x, q[i], k, out_s[i], out_i[i])
     return out_i, out_s
 
@@ -267,10 +239,8 @@ def rerank_batch(pos, x, q, k):
 @njit(cache=True, parallel=True)
 def rerank_batch_parallel(pos, x, q, k):
     """As :func:`rerank_batch`, queries spread over numba threads."""
-    nq = pos.shape[0]
-    out_i = np.empty((nq, k), np.int64)
-    out_s = np.empty((nq, k), np.float32)
-    for i in prange(nq):
+    out_i, out_s = _outputs(pos.shape[0], k)
+    for i in prange(pos.shape[0]):
         _rerank_one(pos[i], x, q[i], k, out_s[i], out_i[i])
     return out_i, out_s
 

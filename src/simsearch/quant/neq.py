@@ -462,14 +462,12 @@ class NEQIndex(Index):
             pos, S = FS.scan(it.fs, luts, scale, bias, self._norm_codebook, max(k, rerank), probes,
                              not rerank, n_threads)  # fmt: skip
         else:
-            args = (self.lookup_tables(q), it.codes, it.norm_codes, self._norm_codebook,
-                    max(k, rerank))
-            if probes is None:
-                scan = K.scan_batch_parallel if parallel else K.scan_batch
-            else:
-                scan = K.scan_lists_batch_parallel if parallel else K.scan_lists_batch
-                args = (*args, it.offsets, probes)
-            pos, S = scan(*args, not rerank)  # candidates for the re-rank need no order
+            offsets, probes = (K.whole(len(it.codes), len(q)) if probes is None
+                               else (it.offsets, probes))
+            scan = K.scan_lists_batch_parallel if parallel else K.scan_lists_batch
+            # candidates for the re-rank need no order
+            pos, S = scan(self.lookup_tables(q), it.codes, it.norm_codes, self._norm_codebook,
+                          max(k, rerank), offsets, probes, not rerank)
         if rerank and it.fs is not None:
             return FS.rerank(pos, it.x, q, k, n_threads)
         if rerank:
