@@ -13,7 +13,7 @@ from .registry import ADAPTERS
 
 def _threads(text: str) -> list[int]:
     """Parse "1,2" into [1, 2]; "all" stands for every core."""
-    return [os.cpu_count() or 1 if t.strip() == "all" else int(t) for t in text.split(",")]
+    return [len(os.sched_getaffinity(0)) if t.strip() == "all" else int(t) for t in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,12 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run a config, write results.json, results.md and PNGs")
     r.add_argument("config", help="a YAML file or the name of one in bench/configs")
     r.add_argument("--out", help="output directory (default bench/results/<config name>)")
-    r.add_argument(
-        "--threads",
-        type=_threads,
-        default=None,
-        help='thread counts for batch QPS, e.g. "1,2" (default: 1 and all cores)',
-    )
+    r.add_argument("--threads", type=_threads, default=None,
+                   help='thread counts for batch QPS, e.g. "1,2" (default: 1 and all cores)')
     r.add_argument("--rounds", type=int, default=None, help="timing rounds (overrides config)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--ann-results", metavar="DIR",

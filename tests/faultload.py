@@ -93,7 +93,7 @@ class MultiAddress:
                 self.current = (self.current + step) % len(self.addresses)
                 return out, address, step
             except Exception as exc:  # noqa: BLE001 - every failure is recorded by the caller
-                if not _retryable(exc):
+                if not retryable(exc):
                     raise
                 last = exc
                 self._clients.pop(address, None)
@@ -111,13 +111,31 @@ class MultiAddress:
         self._clients.clear()
 
 
-def _retryable(exc: Exception) -> bool:
+def retryable(exc: Exception) -> bool:
     from simsearch.service.errors import DeadlineExceededError, ServiceUnavailableError
 
     return isinstance(
         exc,
         ServiceUnavailableError | DeadlineExceededError | ConnectionError | TimeoutError | OSError,
     )
+
+
+def start_threads(jobs: list[tuple[Callable, tuple]]) -> list[threading.Thread]:
+    """Start a daemon thread per (function, args), named after the function."""
+    threads = [threading.Thread(target=fn, args=args, daemon=True,
+                                name=f"{fn.__name__.strip('_')}-{'-'.join(map(str, args))}")
+               for fn, args in jobs]  # fmt: skip
+    for t in threads:
+        t.start()
+    return threads
+
+
+def stop_threads(stop: threading.Event, threads: list[threading.Thread], timeout: float) -> None:
+    """Set ``stop`` and join each thread for at most ``timeout`` seconds."""
+    stop.set()
+    for t in threads:
+        t.join(timeout)
+    threads.clear()
 
 
 class Load:
@@ -167,25 +185,12 @@ class Load:
     # -- running
     def start(self) -> Load:
         self.t0 = time.monotonic()
-        if self.writes:
-            self._threads.append(
-                threading.Thread(target=self._writer, name="load-writer", daemon=True)
-            )
-        for r in range(self.n_readers):
-            self._threads.append(
-                threading.Thread(
-                    target=self._reader, args=(r,), name=f"load-reader-{r}", daemon=True
-                )
-            )
-        for t in self._threads:
-            t.start()
+        jobs = [(self._writer, ())] if self.writes else []
+        self._threads = start_threads(jobs + [(self._reader, (r,)) for r in range(self.n_readers)])
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=self.timeout * (len(self.addresses) + 1) + 5)
-        self._threads.clear()
+        stop_threads(self._stop, self._threads, self.timeout * (len(self.addresses) + 1) + 5)
 
     def _writer(self) -> None:
         conn = MultiAddress(self.addresses, self.collection, self.timeout)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from faultload import MultiAddress, _retryable
+from faultload import MultiAddress, retryable, start_threads, stop_threads
 
 
 def versioned(ids, versions, dim: int, seed: int) -> np.ndarray:
@@ -91,19 +91,13 @@ class History:
     # -- running ----------------------------------------------------------------------------
 
     def start(self) -> History:
-        for c in range(self.n_clients):
-            self._threads.append(threading.Thread(target=self._client, args=(c,), daemon=True))
-        for r in range(self.n_readers):
-            self._threads.append(threading.Thread(target=self._reader, args=(r,), daemon=True))
-        for t in self._threads:
-            t.start()
+        self._threads = start_threads([(self._client, (c,)) for c in range(self.n_clients)]
+                                      + [(self._reader, (r,)) for r in range(self.n_readers)])
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(self.give_up + self.timeout * (len(self.addresses) + 1) + 10)
-        self._threads.clear()
+        stop_threads(self._stop, self._threads,
+                     self.give_up + self.timeout * (len(self.addresses) + 1) + 10)
 
     def _next_version(self) -> int:
         with self._lock:
@@ -134,7 +128,7 @@ class History:
                         op.t_done, op.outcome = time.monotonic(), "ok"
                         break
                     except Exception as exc:  # noqa: BLE001 - judged below
-                        if not _retryable(exc):
+                        if not retryable(exc):
                             op.outcome = f"failed: {type(exc).__name__}: {exc}"
                             break
                     if time.monotonic() > end or self._stop.is_set():

@@ -27,6 +27,7 @@ import numpy as np
 
 import simsearch as ss
 from simsearch import auto_index, datasets
+from simsearch.demo import faiss_hnsw, index_builder, scann_tree
 from simsearch.eval import (
     alternated_best_times,
     best_time,
@@ -59,34 +60,10 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
     def probes(f):
         return max(1, round(f * nl))
 
-    def ss_index(make, knob):
-        def build(x):
-            idx = make()
-            if idx.needs_training:
-                idx.train(x)
-            idx.add(x)
-
-            def search(q, v):
-                return idx.search(q, K, **knob(v)).ids
-            search.memory = getattr(idx, "memory_bytes", None)
-            return search
-        return build
-
-    neq = ss_index(lambda: ss.create_index(
+    neq = index_builder(lambda: ss.create_index(
         "neq", d, "ip", base="pq", n_codebooks=min(256, d // 2 + 1), nbits=4, n_lists=nl,
         keep_vectors=True, fast_scan=True, progress=False),
         lambda v: {"n_probe": probes(v[0]), "rerank": v[1]})
-
-    def faiss_hnsw(x):
-        idx = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
-        idx.hnsw.efConstruction = 200
-        idx.add(x)
-
-        def search(q, ef):
-            idx.hnsw.efSearch = ef
-            return idx.search(q, K)[1]
-        search.memory = lambda: faiss.serialize_index(idx).nbytes
-        return search
 
     def faiss_ivf(spec):
         def build(x):
@@ -142,26 +119,13 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
         return search
 
     def scann_(x):
-        import scann
-
-        leaves = max(2, round(math.sqrt(n)))
-        searcher = (scann.scann_ops_pybind.builder(x, K, "dot_product")
-                    .tree(num_leaves=leaves, num_leaves_to_search=max(1, leaves // 10),
-                          training_sample_size=min(n, 250_000))
-                    .score_ah(2, anisotropic_quantization_threshold=0.2)
-                    .reorder(400).build())
-
-        def search(q, v):
-            ids, _ = searcher.search_batched(q, final_num_neighbors=K,
-                                             leaves_to_search=max(1, round(v[0] * leaves)),
-                                             pre_reorder_num_neighbors=max(K, v[1]))
-            return np.asarray(ids, np.int64)
+        search = scann_tree(400)(x)
 
         def memory():
             import tempfile
 
-            with tempfile.TemporaryDirectory() as tmp:
-                searcher.serialize(tmp)
+            with tempfile.TemporaryDirectory() as tmp:  # ScaNN serializes to a directory only
+                search.searcher.serialize(tmp)
                 return sum(f.stat().st_size for f in Path(tmp).iterdir())
         search.memory = memory
         return search
@@ -169,20 +133,20 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
     m4 = d // 2 if d % 2 == 0 else d
     fr = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0]
     return [
-        ("simsearch ip-NSW+ M=32 (sq8 walk)", ss_index(lambda: ss.create_index(
+        ("simsearch ip-NSW+ M=32 (sq8 walk)", index_builder(lambda: ss.create_index(
             "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, sq8=True),
             lambda v: {"ef": v}), EFS),
-        ("simsearch ip-NSW+ M=32 (float walk)", ss_index(lambda: ss.create_index(
+        ("simsearch ip-NSW+ M=32 (float walk)", index_builder(lambda: ss.create_index(
             "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False),
             lambda v: {"ef": v}), EFS),
         ("simsearch NEQ fast-scan", neq, PAIRS),
-        ("simsearch norm-ivf", ss_index(lambda: ss.create_index("norm-ivf", d, "ip", n_lists=nl),
-                                        lambda v: {"n_probe": v}),
+        ("simsearch norm-ivf", index_builder(
+            lambda: ss.create_index("norm-ivf", d, "ip", n_lists=nl), lambda v: {"n_probe": v}),
          [1, 2, 4, 8, 16, 32, 64, 128, 256]),
-        ("simsearch norm-scan", ss_index(lambda: ss.create_index("norm-scan", d, "ip"),
-                                         lambda v: {"max_items": max(K, int(v * n))}), fr),
+        ("simsearch norm-scan", index_builder(lambda: ss.create_index("norm-scan", d, "ip"),
+                                              lambda v: {"max_items": max(K, int(v * n))}), fr),
         ("ScaNN (tree, AH, reorder)", scann_, PAIRS),
-        ("faiss HNSW", faiss_hnsw, EFS),
+        ("faiss HNSW", faiss_hnsw(d, 32, 200), EFS),
         ("faiss IVFPQFastScan + refine", faiss_ivf(f"IVF{nl},PQ{m4}x4fs,RFlat"), PAIRS),
         ("faiss IVF-RaBitQ fast-scan + refine", faiss_ivf(f"IVF{nl},RaBitQfs,RFlat"), PAIRS),
         ("hnswlib", hnswlib_, EFS),

@@ -37,6 +37,8 @@ from netns import Net, skip_reason  # noqa: E402
 log = logging.getLogger("bench.pyramid.faults")
 
 COLLECTION = "docs"
+#: the faults' times, seconds after the load starts (the docstring's timeline)
+TIMELINE = {"kill-at": 15, "cut-at": 45, "cut-for": 10, "add-at": 70, "drain-at": 100}
 
 
 def recall(cl, ids: np.ndarray, dim: int, seed: int, n_queries: int, k: int,
@@ -69,11 +71,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=130)
     ap.add_argument("--ttl", type=float, default=3.0, help="coordinators' lease TTL (s)")
-    ap.add_argument("--kill-at", type=float, default=15)
-    ap.add_argument("--cut-at", type=float, default=45)
-    ap.add_argument("--cut-for", type=float, default=10)
-    ap.add_argument("--add-at", type=float, default=70)
-    ap.add_argument("--drain-at", type=float, default=100)
+    for name, seconds in TIMELINE.items():
+        ap.add_argument(f"--{name}", type=float, default=seconds)
     ap.add_argument("--n-base", type=int, default=5000)
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--readers", type=int, default=2)

@@ -180,12 +180,8 @@ def main(argv=None):
     ap.add_argument("--train-n", type=int, default=65_536, help="training sample (both sides)")
     ap.add_argument("--rq-beam", type=int, default=1, help="RQ beam, both sides")
     ap.add_argument("--lsq-iters", type=int, default=25, help="LSQ training iterations, both sides")
-    ap.add_argument(
-        "--lsq-ridge",
-        type=float,
-        default=LSQ_RIDGE,
-        help="LSQ ridge lambda (faiss lambd), both sides; faiss's default is 0.01",
-    )
+    ap.add_argument("--lsq-ridge", type=float, default=LSQ_RIDGE,
+                    help="LSQ ridge lambda (faiss lambd), both sides; faiss's default is 0.01")
     ap.add_argument("--lsq-n", type=int, default=None, help="base rows for LSQ (if smaller)")
     ap.add_argument("--qps", action="store_true", help="also measure scan queries/s")
     ap.add_argument("--qps-only", action="store_true",

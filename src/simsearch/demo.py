@@ -30,10 +30,67 @@ def _step(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
-def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
-    """(name, build() -> search(q, knob) -> ids, knob name, knob values)."""
+def index_builder(make: Callable, knob: Callable[[object], dict]) -> Callable:
+    """build(x) -> search(q, value) -> ids (int64 (nq, K)) for the simsearch index ``make()``
+    returns, trained on x if it needs it; ``knob(value)``: the search's parameters. The search
+    carries the index's ``memory`` in bytes."""
+    def build(x):
+        idx = make()
+        if idx.needs_training:
+            idx.train(x)
+        idx.add(x)
+
+        def search(q, v):
+            return idx.search(q, K, **knob(v)).ids
+        search.memory = getattr(idx, "memory_bytes", None)
+        return search
+    return build
+
+
+def faiss_hnsw(d: int, M: int, ef_construction: int) -> Callable:
+    """build(x) -> search(q, ef) -> ids for faiss's IndexHNSWFlat under inner product."""
     import faiss
 
+    def build(x):
+        idx = faiss.IndexHNSWFlat(d, M, faiss.METRIC_INNER_PRODUCT)
+        idx.hnsw.efConstruction = ef_construction
+        idx.add(x)
+
+        def search(q, ef):
+            idx.hnsw.efSearch = ef
+            return idx.search(q, K)[1]
+        search.memory = lambda: faiss.serialize_index(idx).nbytes
+        return search
+    return build
+
+
+def scann_tree(reorder: int) -> Callable:
+    """build(x) -> search(q, (share of the leaves searched, candidates re-ordered exactly)) ->
+    ids for ScaNN's tree + anisotropic hashing + exact re-order (at most ``reorder``); the
+    search keeps its ``searcher``."""
+    def build(x):
+        import scann  # the bench extra; the demo installs it
+
+        leaves = max(2, round(np.sqrt(len(x))))
+        searcher = (scann.scann_ops_pybind.builder(x, K, "dot_product")
+                    .tree(num_leaves=leaves, num_leaves_to_search=max(1, leaves // 10),
+                          training_sample_size=min(len(x), 250_000))
+                    .score_ah(2, anisotropic_quantization_threshold=0.2)
+                    .reorder(reorder).build())
+
+        def search(q, knob):
+            frac, n_reorder = knob
+            ids, _ = searcher.search_batched(q, final_num_neighbors=K,
+                                             leaves_to_search=max(1, round(frac * leaves)),
+                                             pre_reorder_num_neighbors=max(K, n_reorder))
+            return np.asarray(ids, np.int64)
+        search.searcher = searcher
+        return search
+    return build
+
+
+def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
+    """(name, build() -> search(q, knob) -> ids, knob name, knob values)."""
     from .flat import FlatIndex
     from .graph import IPNSWPlus
     from .hnsw import HNSWIndex
@@ -42,23 +99,7 @@ def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
     from .quant import NEQIndex
 
     def simple(idx_factory, knob):
-        def build(x):
-            idx = idx_factory()
-            if idx.needs_training:
-                idx.train(x)
-            idx.add(x)
-            return lambda q, v: idx.search(q, K, **({knob: v} if knob else {})).ids
-        return build
-
-    def faiss_hnsw(x):
-        idx = faiss.IndexHNSWFlat(d, 16, faiss.METRIC_INNER_PRODUCT)
-        idx.hnsw.efConstruction = 100
-        idx.add(x)
-
-        def search(q, ef):
-            idx.hnsw.efSearch = ef
-            return idx.search(q, K)[1]
-        return search
+        return index_builder(idx_factory, lambda v: {knob: v} if knob else {})
 
     nbits = int(min(8, max(4, np.log2(n / 39))))  # faiss wants ~39 training points per centroid
 
@@ -66,38 +107,20 @@ def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
         return NEQIndex(d, "ip", base="pq", n_codebooks=max(2, d // 4), nbits=nbits,
                         keep_vectors=True, progress=False)
 
-    def scann_tree(x):
-        import scann  # the bench extra; the demo installs it
-
-        leaves = max(2, round(np.sqrt(len(x))))
-        searcher = (scann.scann_ops_pybind.builder(x, K, "dot_product")
-                    .tree(num_leaves=leaves, num_leaves_to_search=leaves // 10,
-                          training_sample_size=min(len(x), 250_000))
-                    .score_ah(2, anisotropic_quantization_threshold=0.2)
-                    .reorder(1000).build())
-
-        def search(q, knob):  # (share of the leaves searched, candidates re-ordered exactly)
-            frac, reorder = knob
-            ids, _ = searcher.search_batched(q, final_num_neighbors=K,
-                                             leaves_to_search=max(1, round(frac * leaves)),
-                                             pre_reorder_num_neighbors=reorder)
-            return np.asarray(ids, np.int64)
-        return search
-
     fr = [f for f in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2) if f * n >= K]
     efs = [10, 20, 40, 80, 160, 320]
     return [
         ("exact (FlatIndex)", simple(lambda: FlatIndex(d, "ip"), None), "-", [None]),
         ("hnswlib (ip-NSW)", simple(lambda: HNSWIndex(d, "ip", M=16, ef_construction=100),
                                     "ef"), "ef", efs),
-        ("faiss HNSW", faiss_hnsw, "ef", efs),
+        ("faiss HNSW", faiss_hnsw(d, 16, 100), "ef", efs),
         ("ip-NSW+", simple(lambda: IPNSWPlus(d, "ip", M=16, progress=False), "ef"), "ef", efs),
         ("NR-LSH", simple(lambda: NormRangingLSH(d, "ip", n_bits=16, n_ranges=32),
                           "n_probe_items"), "n_probe_items", [max(K, int(f * n)) for f in fr]),
         ("NEQ (PQ, rerank)", simple(neq, "rerank"), "rerank", [10, 20, 50, 100, 200, 500]),
         # on raw-inner-product GloVe the AH scores need a deep exact re-order: at 100 candidates
         # ScaNN levels off at recall 0.79 however many leaves it searches, at 500 it passes 0.9
-        ("ScaNN (tree, AH, reorder)", scann_tree, "(leaves share, reorder)",
+        ("ScaNN (tree, AH, reorder)", scann_tree(1000), "(leaves share, reorder)",
          [(0.02, 50), (0.05, 100), (0.1, 200), (0.2, 300), (0.3, 500), (0.5, 1000)]),
         ("norm-scan (budget)", simple(lambda: NormScanIndex(d), "max_items"), "max_items",
          [max(K, int(f * n)) for f in fr]),
