@@ -118,10 +118,12 @@ def merge_topk(cand_ids, cand_scores, k, higher_is_better):
     return out_ids, out_scores
 
 
-@njit(cache=True, fastmath=True, inline="always")
+@njit(cache=True, fastmath=True)
 def dot(a, b):
     """a·b of two float32 vectors in any order of additions (fastmath lets the loop run in SIMD
-    lanes); inlined into the kernel that calls it."""
+    lanes). Not ``inline="always"``: numba's own inlining compiles the loop with the caller's
+    flags, without fastmath, and a re-rank ran 3x slower so (bench/kernels_bench.py); LLVM
+    inlines it anyway, keeping the flags."""
     s = np.float32(0.0)
     for j in range(a.shape[0]):
         s += a[j] * b[j]

@@ -143,8 +143,9 @@ class IdSet:
         return table
 
     def add(self, ids: np.ndarray) -> None:
-        if ids.size:
-            self.sorted = np.sort(np.concatenate([self.sorted, ids]))
+        if ids.size:  # merged in by position: one copy, not a sort of every id held
+            new = np.sort(ids)
+            self.sorted = np.insert(self.sorted, np.searchsorted(self.sorted, new), new)
             self.next_id = max(self.next_id, int(ids.max()) + 1)
 
     def remove(self, ids: np.ndarray) -> None:
