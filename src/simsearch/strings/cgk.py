@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._kernels import topk_rows
 from ..index import check_int
 from . import _kernels as K
 from ._alphabet import Alphabet, check_strings
@@ -76,18 +77,9 @@ def hamming_search(xq: np.ndarray, xb: np.ndarray, k: int, block: int = 64):
 
 
 def smallest_k(d: np.ndarray, k: int):
-    """Smallest k per row of an integer matrix, ties by column."""
+    """Smallest min(k, n) per row of an integer matrix (b, n), ties by column: positions int64
+    and their values (d's dtype), smallest first. The one heap of every top-k
+    (simsearch._kernels.topk_rows; distances here are far below float32's 2**24)."""
     n = d.shape[1]
-    if k < n:
-        part = np.argpartition(d, k - 1, axis=1)[:, :k]
-        kth = np.take_along_axis(d, part, 1).max(1, keepdims=True)
-        # argpartition picks arbitrarily among ties at the k-th value: redo straddling rows
-        straddle = (d <= kth).sum(1) > k
-        for r in np.flatnonzero(straddle):
-            cand = np.flatnonzero(d[r] <= kth[r, 0])
-            part[r] = cand[np.lexsort((cand, d[r, cand]))[:k]]
-    else:
-        part = np.broadcast_to(np.arange(n), d.shape).copy()
-    pd = np.take_along_axis(d, part, 1)
-    order = np.lexsort((part, pd), axis=1)
-    return np.take_along_axis(part, order, 1), np.take_along_axis(pd, order, 1)
+    pos, vals = topk_rows(d.astype(np.float32), min(k, n), -1.0, np.arange(n, dtype=np.int64))
+    return pos, vals.astype(d.dtype)
