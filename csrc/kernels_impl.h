@@ -310,34 +310,49 @@ void quantize_luts(const float* lut, int64_t md, int64_t n_pairs, int64_t q_lo, 
 
 // ---- inner products -----------------------------------------------------------------------
 
-float dot(const float* x, const float* y, int64_t d) {
+#if defined(SS_AVX2) || defined(SS_AVX512)
+// float lanes of the widest register as a GCC vector type: ``a += x * y`` becomes one FMA
 #if defined(SS_AVX512)
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+typedef float Floats __attribute__((vector_size(64)));
+#else
+typedef float Floats __attribute__((vector_size(32)));
+#endif
+inline Floats load_floats(const float* p) {
+  Floats v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+#endif
+
+float dot(const float* x, const float* y, int64_t d) {
+#if defined(SS_AVX2) || defined(SS_AVX512)
+  constexpr int64_t L = sizeof(Floats) / sizeof(float);
+  Floats s0 = {}, s1 = {};  // two chains, to hide the FMA's latency
   int64_t t = 0;
-  for (; t + 32 <= d; t += 32) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t), _mm512_loadu_ps(y + t), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + t + 16), _mm512_loadu_ps(y + t + 16), s1);
+  for (; t + 2 * L <= d; t += 2 * L) {
+    s0 += load_floats(x + t) * load_floats(y + t);
+    s1 += load_floats(x + t + L) * load_floats(y + t + L);
   }
+#if defined(SS_AVX512)
   for (; t < d; t += 16) {
     __mmask16 m = d - t >= 16 ? 0xffff : static_cast<__mmask16>((1u << (d - t)) - 1u);
-    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t), _mm512_maskz_loadu_ps(m, y + t), s0);
+    s0 = (Floats)_mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + t), _mm512_maskz_loadu_ps(m, y + t),
+                                 (__m512)s0);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-#elif defined(SS_AVX2)
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t t = 0;
-  for (; t + 16 <= d; t += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(y + t), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t + 8), _mm256_loadu_ps(y + t + 8), s1);
+  return _mm512_reduce_add_ps((__m512)(s0 + s1));
+#else
+  if (t + 8 <= d) {
+    s0 += load_floats(x + t) * load_floats(y + t);
+    t += 8;
   }
-  for (; t + 8 <= d; t += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + t), _mm256_loadu_ps(y + t), s0);
-  s0 = _mm256_add_ps(s0, s1);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+  const __m256 v = (__m256)(s0 + s1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_movehdup_ps(h));
   float s = _mm_cvtss_f32(h);
   for (; t < d; ++t) s += x[t] * y[t];
   return s;
+#endif
 #else
   float s = 0.f;
   for (int64_t t = 0; t < d; ++t) s += x[t] * y[t];
