@@ -18,11 +18,13 @@ demo: $(PY)
 test: $(PY)
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy tests/static
 	$(PY) -m pytest -q
 
 lint: $(PY)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy tests/static
 
 # refresh the pins from the working .venv (then run make test in a fresh clone before committing)
 constraints: $(PY)

@@ -411,7 +411,10 @@ class ClusterCollection:
         return self._route(write, lambda col: col.remove(ids, missing_ok=missing_ok),
                            missing_ok, deadline)
 
-    def train(self, x, deadline: float | None = None) -> None:
+    def train(self, x, deadline: float | None = None, **options: Any) -> None:
+        if options:  # fit options belong to string collections, which clusters do not hold
+            raise InvalidParameterError(
+                f"a cluster collection trains on vectors alone; got options {sorted(options)}")
         coord = self.coord
         if not coord.is_leader():
             coord.forward(lambda c: self._on(c).train(x))

@@ -119,7 +119,7 @@ class StringCollectionIndex:
         """The ids stored, sorted."""
         return np.empty(0, np.int64) if self.strings is None else self.strings.ids()
 
-    def search(self, queries: Any, k: int, allow: Any = None, deny: Any = None,
+    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
                **params: Any) -> SearchResult:
         """Top-k by exact edit distance; scores are the distances (float32, +inf padding)."""
         unknown = set(params) - self.search_params
@@ -127,7 +127,7 @@ class StringCollectionIndex:
             raise InvalidParameterError(
                 f"unknown search parameter(s) {sorted(unknown)} for a string collection; "
                 f"allowed: {sorted(self.search_params)}")
-        res = self._trained().search(check_strings(queries, "queries"), k, allow=allow,
+        res = self._trained().search(check_strings(q, "queries"), k, allow=allow,
                                      deny=deny, **params)
         scores = res.distances.astype(np.float32)
         scores[res.distances == PAD_DISTANCE] = np.inf

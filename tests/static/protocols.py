@@ -1,0 +1,32 @@
+"""Static checks that the classes the service is handed provide its protocols
+(simsearch.service.protocols and simsearch.index.Searchable). mypy checks this file in
+``make lint`` (so in CI); nothing here runs."""
+
+from __future__ import annotations
+
+from simsearch.index import Index, Searchable
+from simsearch.pyramid.coordinator import ClusterCollection, Coordinator
+from simsearch.pyramid.datapath import RemotePart
+from simsearch.service.client import RemoteCollection
+from simsearch.service.protocols import BlobStore, CollectionStore, PartReplica, ServedCollection
+from simsearch.service.store import Collection, Store
+from simsearch.strings.collection import StringCollectionIndex
+
+
+def node(store: Store, collection: Collection) -> None:
+    s: CollectionStore = store
+    b: BlobStore = store
+    c: PartReplica = collection
+    del s, b, c
+
+
+def coordinator(coord: Coordinator, collection: ClusterCollection) -> None:
+    s: CollectionStore = coord
+    c: ServedCollection = collection
+    del s, c
+
+
+def searchables(index: Index, remote: RemoteCollection, part: RemotePart,
+                strings: StringCollectionIndex) -> None:
+    found: list[Searchable] = [index, remote, part, strings]
+    del found
