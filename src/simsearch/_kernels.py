@@ -17,6 +17,8 @@ def topk_rows(scores, k, sign, tiebreak):
     kk = min(k, n)
     pos = np.full((b, k), -1, np.int64)
     out = np.empty((b, k), np.float32)
+    if kk == 0:  # the heap below reads its root
+        return pos, out
     hv = np.empty(kk, np.float32)
     ht = np.empty(kk, np.int64)
     hp = np.empty(kk, np.int64)
