@@ -238,6 +238,11 @@ class Index:
     def __len__(self) -> int:
         return len(self._idset)
 
+    @property
+    def next_id(self) -> int:
+        """The first id an ``add`` without ids gives (one past the largest id ever held)."""
+        return self._idset.next_id
+
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self._params.items())
         return f"{type(self).__name__}(dim={self.dim}, metric={self.metric!r}{extra}) n={len(self)}"

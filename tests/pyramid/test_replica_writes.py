@@ -99,7 +99,7 @@ def write(part, router, sids_prepare, sids_sync, ids, attempt):
 def setup(tmp_path):
     stores = {s: Store(tmp_path / f"shard{s}") for s in (0, 1)}
     for st in stores.values():
-        st.create(NAME, DIM, "l2", "flat", {})
+        st.create(NAME, DIM, "l2", "flat", {}, part_replica=True)
     pool, router = Pool(stores), Router()
     part = RemotePart(pool, NAME, {}, router, 0)
     pool.parts[NAME] = part

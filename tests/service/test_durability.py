@@ -142,8 +142,8 @@ def test_kill9_mid_stream_keeps_every_acknowledged_write(server_factory):
 
 def test_torn_tail_at_every_offset_is_dropped(tmp_path):
     recs = [walmod.encode(walmod.OP_ADD, {"n": i}, (bytes([i]) * 8, b"x")) for i in range(3)]
-    whole = b"".join(recs)
-    cut = len(recs[0]) + len(recs[1])
+    whole = walmod.FILE_MAGIC + b"".join(recs)
+    cut = len(walmod.FILE_MAGIC) + len(recs[0]) + len(recs[1])
     for end in range(cut, len(whole)):
         got, good_end, torn = walmod.scan(whole[:end])
         assert [r.meta["n"] for r in got] == [0, 1] and good_end == cut and torn == (end > cut)

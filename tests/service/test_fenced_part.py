@@ -49,7 +49,7 @@ def held(col):
 @pytest.fixture
 def store(tmp_path):
     s = Store(tmp_path / "node")
-    s.create("docs.p0", DIM, "l2", "flat", {})
+    s.create("docs.p0", DIM, "l2", "flat", {}, part_replica=True)
     yield s
     s.close()
 
@@ -97,7 +97,7 @@ def test_a_gap_or_another_ballot_applies_nothing(store):
 
 def test_state_survives_restart_snapshot_and_copy(tmp_path):
     s = Store(tmp_path / "a")
-    col = s.create("docs.p0", DIM, "l2", "flat", {})
+    col = s.create("docs.p0", DIM, "l2", "flat", {}, part_replica=True)
     col.part_prepare(3, 1, [upsert(1, [1, 2, 3])])
     col.part_sync(3, (3, 1), 1, 1)
     col.part_prepare(3, 2, [remove(2, [1])])  # prepared, not synced, when the node stops
@@ -124,8 +124,9 @@ def test_state_survives_restart_snapshot_and_copy(tmp_path):
 
 
 def test_plain_writes_are_refused_on_a_part_replica(store):
-    col = store.get("docs.p0")
-    col.add(vec([1]), np.array([1]))  # before any fenced write: an ordinary collection
+    col = store.get("docs.p0")  # created as a part: refuses plain writes from the start
+    with pytest.raises(FencedPartError, match="leader"):
+        col.add(vec([1]), np.array([1]))
     col.part_sync(1, through=0)
     with pytest.raises(FencedPartError, match="leader"):
         col.add(vec([2]), np.array([2]))

@@ -59,6 +59,9 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     up.add_argument("--restart-delay", type=float, default=1.0)
     up.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
                     help="the coordinators' --replace-after")
+    up.add_argument("--tokens-file",
+                    help="bearer tokens for every member (docs/service.md, \"Security model\"); "
+                         "its first 'cluster' token is what coordinators send to shards")
     up.add_argument("--metrics", action="store_true",
                     help="coordinators serve Prometheus metrics on free loopback ports "
                          "(in up.json as metrics_port)")
@@ -96,8 +99,13 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     co.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
                     help="seconds a shard may stay unregistered before the leader re-makes its "
                          f"replicas elsewhere (default {REPLACE_AFTER:g})")
-    co.add_argument("--shard-token-file", help="a file holding the read-write token for shards")
+    co.add_argument("--shard-token-file",
+                    help="a file holding the token for shards (role 'cluster' in their tokens "
+                         "file, docs/service.md \"Security model\")")
     co.add_argument("--shard-tls-ca", help="PEM CA of the shards' TLS certificates")
+    co.add_argument("--cluster-tls-ca",
+                    help="PEM CA of the coordinators' TLS certificates, for a follower forwarding "
+                         "writes to its leader (default: --shard-tls-ca, else --tls-cert)")
     co.set_defaults(func=run_coordinator)
     return p
 

@@ -466,12 +466,16 @@ class Coordinator:
         return (self,)
 
     def __init__(self, etcd: Etcd, lease_ttl: float = 3.0, replicas: int = 2,
-                 pool_options: dict | None = None, replace_after: float = REPLACE_AFTER):
+                 pool_options: dict | None = None, replace_after: float = REPLACE_AFTER,
+                 leader_tls_ca: str | None = None):
         """Reads the cluster state at once; ``start(address)`` joins the election once the
-        server is bound (its address is the candidate's name)."""
+        server is bound (its address is the candidate's name). ``leader_tls_ca``: the CA of the
+        coordinators' certificates (a follower forwards writes to its leader over TLS)."""
+        from functools import partial
+
         from ..service.client import connect
 
-        self._connect = connect
+        self._connect = partial(connect, tls_ca=leader_tls_ca)
         self.etcd = etcd
         self.lease_ttl = lease_ttl
         self.replace_after = replace_after
@@ -553,9 +557,11 @@ class Coordinator:
         An idempotent write that finds no leader, or whose leader goes away (dies, or is cut off
         and replaced while the call hangs), is sent again to whoever leads next (it may be this
         coordinator), for up to two lease TTLs and never past the caller's deadline."""
-        from ..service.client import call_deadline
+        from ..service.auth import caller_token
+        from ..service.client import call_as, call_deadline
 
         end = time.monotonic() + 2 * self.lease_ttl + 1.0
+        token = caller_token()  # the caller's credentials travel with the write
         if deadline is not None:  # answer UNAVAILABLE in time for the caller to go elsewhere
             end = min(end, deadline - 0.1)
         while True:
@@ -564,12 +570,12 @@ class Coordinator:
                     return local()
                 leader, cli = self._leader()
                 if not idempotent:
-                    with call_deadline(deadline):
+                    with call_deadline(deadline), call_as(token):
                         return fn(cli)
                 ctx = contextvars.copy_context()
 
                 def call(cli=cli):
-                    with call_deadline(end):
+                    with call_deadline(end), call_as(token):
                         return fn(cli)
 
                 fut = self._forwarder.submit(ctx.run, call)
@@ -619,11 +625,14 @@ class Coordinator:
             return self._collections.setdefault(name, ClusterCollection(self, name, config))
 
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
-               schema: dict | None = None):
+               schema: dict | None = None, part_replica: bool = False):
         from ..service.attributes import check_schema
         from ..service.store import check_name
         from .index import PyramidIndex
 
+        if part_replica:
+            raise InvalidParameterError("a coordinator holds no part replicas: create them on "
+                                        "shard servers")
         schema = check_schema(schema)
         if not self.is_leader():
             self.forward(lambda c: c.create_collection(name, dim, metric, kind, schema=schema,
@@ -895,6 +904,8 @@ def run_coordinator(args) -> int:
     etcd.check_server_version(args.allow_unsafe_etcd)
     coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
                         replace_after=args.replace_after,
+                        leader_tls_ca=getattr(args, "cluster_tls_ca", None) or args.shard_tls_ca
+                        or args.tls_cert,
                         pool_options={"health_interval": args.health_interval, "token": token,
                                       "tls_ca": args.shard_tls_ca})
 

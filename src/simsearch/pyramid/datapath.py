@@ -366,6 +366,7 @@ class RemotePart:
             try:
                 self.pool.client(sid).create_collection(self.name, c["dim"], c["metric"],
                                                          c["kind"], schema=c.get("schema"),
+                                                         part_replica=True,
                                                          **c["params"])
             except CollectionExistsError:
                 pass

@@ -68,6 +68,8 @@ class _Supervisor:
                 "--ready-file", str(self.d / f"{role}.ready"), "--log-level", "WARNING",
                 "--threads", str(a.threads), "--lease-ttl", str(a.lease_ttl),
                 *(["--allow-unsafe-etcd"] if self.allow_unsafe_etcd else []),
+                *(["--tokens-file", str(Path(a.tokens_file).resolve())]
+                  if getattr(a, "tokens_file", None) else []),
                 *tls_argv(tls_from_args(a))]
 
     def cmd(self, role: str) -> list[str]:
@@ -84,6 +86,8 @@ class _Supervisor:
         return [*base, "coordinator", *self._common(role), "--port", str(port),
                 "--replicas", str(self.args.replicas), "--workers", "16",
                 "--replace-after", str(self.args.replace_after),
+                *(["--shard-token-file", str(self.d / "shard-token")]
+                  if getattr(self.args, "tokens_file", None) else []),
                 *(["--metrics-port", "0"] if self.args.metrics else [])]
 
     def start(self, role: str) -> None:
@@ -133,6 +137,20 @@ def run_up(args: argparse.Namespace) -> int:
     if not 1 <= args.replicas <= args.shards:
         print("--replicas must be in [1, --shards]", file=sys.stderr)
         return 2
+    if getattr(args, "tokens_file", None):
+        from ..service.auth import CLUSTER, load_tokens
+
+        try:
+            token = next(t for t, r in load_tokens(args.tokens_file).items() if r == CLUSTER)
+        except (OSError, ValueError, StopIteration) as exc:
+            print(f"--tokens-file: {exc or 'it holds no token of role cluster'}",
+                  file=sys.stderr)
+            return 2
+        secret = d / "shard-token"
+        secret.unlink(missing_ok=True)
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
     stop = threading.Event()
     add = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,30 +1,89 @@
-"""Bearer-token auth as a server interceptor.
+"""Bearer-token auth and authorization by method (docs/service.md, "Security model").
 
-Tokens file: one token per line as ``<role> <token>`` with role ``read-only`` or ``read-write``;
-blank lines and lines starting with ``#`` are ignored. Clients send the metadata
-``authorization: Bearer <token>``. Health checks need no token (probes carry none); every other
-call needs a known token, and writes need a read-write one. Send tokens over TLS unless the
-server is on loopback.
+Tokens file: one token per line as ``<role> <token>``, role one of ``read-only``,
+``read-write`` or ``cluster``; blank lines and lines starting with ``#`` are ignored. Clients
+send the metadata ``authorization: Bearer <token>``. Health checks need no token (probes carry
+none); every other call needs a known token whose role holds the method's class in
+:data:`METHOD_CLASS`. A method missing from that table is refused to everyone (deny by
+default): a new RPC cannot slip through unclassified. Send tokens over TLS unless the server is
+on loopback.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hmac
 import os
 from collections.abc import Callable
 
 import grpc
 
-from .errors import ERROR_TYPE_KEY
+from .errors import ERROR_TYPE_KEY, PermissionDeniedError
 
-READ_ONLY, READ_WRITE = "read-only", "read-write"
-_SERVICE = "/simsearch.v1.SimSearch/"
-WRITE_METHODS = frozenset(
-    _SERVICE + m
-    for m in ("CreateCollection", "DropCollection", "Train", "Add", "Remove", "Snapshot",
-              "ImportCollection", "PutBlob", "DeleteBlob")
-)
+READ_ONLY, READ_WRITE, CLUSTER = "read-only", "read-write", "cluster"
+ROLES = (READ_ONLY, READ_WRITE, CLUSTER)
+
+#: method classes: what a call may do
+READ, WRITE, ADMIN, INTERNAL = "read", "write", "admin", "cluster-internal"
+
+#: every RPC the server serves (tests/service/test_authz.py checks this against the proto)
+METHOD_CLASS: dict[str, str] = {
+    "/simsearch.v1.SimSearch/ServerInfo": READ,
+    "/simsearch.v1.SimSearch/ListCollections": READ,
+    "/simsearch.v1.SimSearch/DescribeCollection": READ,
+    "/simsearch.v1.SimSearch/Search": READ,
+    "/simsearch.v1.SimSearch/Train": WRITE,
+    "/simsearch.v1.SimSearch/Add": WRITE,
+    "/simsearch.v1.SimSearch/Remove": WRITE,
+    # whole collections: create, drop, persist, and a full copy out or in (backup / restore)
+    "/simsearch.v1.SimSearch/CreateCollection": ADMIN,
+    "/simsearch.v1.SimSearch/DropCollection": ADMIN,
+    "/simsearch.v1.SimSearch/Snapshot": ADMIN,
+    "/simsearch.v1.SimSearch/ExportCollection": ADMIN,
+    "/simsearch.v1.SimSearch/ImportCollection": ADMIN,
+    # what only a cluster's coordinators call on shards: fenced part writes, router checkpoints
+    "/simsearch.v1.SimSearch/PartPrepare": INTERNAL,
+    "/simsearch.v1.SimSearch/PartSync": INTERNAL,
+    "/simsearch.v1.SimSearch/PartOps": INTERNAL,
+    "/simsearch.v1.SimSearch/PutBlob": INTERNAL,
+    "/simsearch.v1.SimSearch/GetBlob": INTERNAL,
+    "/simsearch.v1.SimSearch/DeleteBlob": INTERNAL,
+    "/simsearch.v1.SimSearch/ListBlobs": INTERNAL,
+    # reflection (served with --reflection) describes the services: a read
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": READ,
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": READ,
+}
+#: the classes each role may call
+ROLE_CLASSES: dict[str, frozenset[str]] = {
+    READ_ONLY: frozenset({READ}),
+    READ_WRITE: frozenset({READ, WRITE, ADMIN}),
+    CLUSTER: frozenset({READ, WRITE, ADMIN, INTERNAL}),
+}
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
+
+#: (role, token) of the call being served, when the server checks tokens; None otherwise
+CALLER: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "simsearch_caller", default=None)
+
+
+def allowed(role: str, method: str) -> bool:
+    """Whether ``role`` may call ``method`` (a full gRPC method name)."""
+    cls = METHOD_CLASS.get(method)
+    return cls is not None and cls in ROLE_CLASSES.get(role, frozenset())
+
+
+def require_cluster_role(what: str) -> None:
+    """Refuse ``what`` unless the caller holds the cluster role (a no-op without tokens)."""
+    caller = CALLER.get()
+    if caller is not None and caller[0] != CLUSTER:
+        raise PermissionDeniedError(f"{what} needs a token of role 'cluster'; this token is "
+                                    f"{caller[0]}")
+
+
+def caller_token() -> str | None:
+    """The bearer token of the call being served (a follower forwards writes with it)."""
+    caller = CALLER.get()
+    return caller[1] if caller is not None else None
 
 
 def load_tokens(path: str | os.PathLike) -> dict[str, str]:
@@ -36,9 +95,9 @@ def load_tokens(path: str | os.PathLike) -> dict[str, str]:
             if not line or line.startswith("#"):
                 continue
             parts = line.split()
-            if len(parts) != 2 or parts[0] not in (READ_ONLY, READ_WRITE):
+            if len(parts) != 2 or parts[0] not in ROLES:
                 raise ValueError(
-                    f"tokens file line {lineno}: expected '<read-only|read-write> <token>'"
+                    f"tokens file line {lineno}: expected '<{'|'.join(ROLES)}> <token>'"
                 )
             tokens[parts[1]] = parts[0]
     if not tokens:
@@ -46,24 +105,48 @@ def load_tokens(path: str | os.PathLike) -> dict[str, str]:
     return tokens
 
 
-def _denier(
-    handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str, error_type: str
-) -> grpc.RpcMethodHandler:
-    def deny(request, context):
-        context.set_trailing_metadata(((ERROR_TYPE_KEY, error_type),))
-        context.abort(code, message)
-
+def _rewrap(handler: grpc.RpcMethodHandler, behaviour: Callable[[Callable], Callable]
+            ) -> grpc.RpcMethodHandler:
+    """``handler`` of the same streaming kind with its behaviour replaced by
+    ``behaviour(original behaviour)``."""
     kw = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(deny, **kw)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(deny, **kw)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(deny, **kw)
-    return grpc.stream_stream_rpc_method_handler(deny, **kw)
+    for kind, make in (("unary_unary", grpc.unary_unary_rpc_method_handler),
+                       ("unary_stream", grpc.unary_stream_rpc_method_handler),
+                       ("stream_unary", grpc.stream_unary_rpc_method_handler),
+                       ("stream_stream", grpc.stream_stream_rpc_method_handler)):
+        fn = getattr(handler, kind)
+        if fn:
+            return make(behaviour(fn), **kw)
+    raise ValueError("a method handler without a behaviour")
+
+
+def _denier(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str,
+            error_type: str) -> grpc.RpcMethodHandler:
+    def deny(_fn):
+        def call(request, context):
+            context.set_trailing_metadata(((ERROR_TYPE_KEY, error_type),))
+            context.abort(code, message)
+        return call
+
+    return _rewrap(handler, deny)
+
+
+def _as_caller(handler: grpc.RpcMethodHandler, caller: tuple[str, str]
+               ) -> grpc.RpcMethodHandler:
+    """Run the handler with CALLER set (in the worker thread that serves the call)."""
+    def bind(fn):
+        def call(request, context):
+            token = CALLER.set(caller)
+            try:
+                return fn(request, context)
+            finally:
+                CALLER.reset(token)
+        return call
+
+    return _rewrap(handler, bind)
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):
@@ -95,7 +178,8 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
                 "this server needs a bearer token: send metadata 'authorization: Bearer <token>'",
                 "AuthenticationError",
             )
-        role = self._role(auth[len("Bearer ") :].strip())
+        token = auth[len("Bearer "):].strip()
+        role = self._role(token)
         if role is None:
             return _denier(
                 handler,
@@ -103,12 +187,15 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
                 "the bearer token is not valid on this server",
                 "AuthenticationError",
             )
-        if role == READ_ONLY and method in WRITE_METHODS:
+        if not allowed(role, method):
+            cls = METHOD_CLASS.get(method)
+            need = [r for r in ROLES if cls in ROLE_CLASSES[r]] if cls else []
             return _denier(
                 handler,
                 grpc.StatusCode.PERMISSION_DENIED,
-                f"{method.rsplit('/', 1)[-1]} writes and needs a read-write token; "
-                "this token is read-only",
+                f"{method.rsplit('/', 1)[-1]} needs a token of role "
+                f"{' or '.join(need) or '(none: the method is not classified)'}; this token is "
+                f"{role}",
                 "PermissionDeniedError",
             )
-        return handler
+        return _as_caller(handler, (role, token))

@@ -71,6 +71,23 @@ def call_deadline(deadline: float | None) -> Iterator[None]:
         _CALL_DEADLINE.reset(token)
 
 
+#: the bearer token calls made inside ``call_as`` send instead of the client's own
+_CALL_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "simsearch_call_token", default=None)
+
+
+@contextlib.contextmanager
+def call_as(token: str | None) -> Iterator[None]:
+    """Calls made in this block send ``token`` (None: the client's own): a follower
+    coordinator forwarding a write with its caller's credentials (docs/service.md, "Security
+    model")."""
+    saved = _CALL_TOKEN.set(token)
+    try:
+        yield
+    finally:
+        _CALL_TOKEN.reset(saved)
+
+
 def _service_config() -> str:
     import json
 
@@ -212,7 +229,7 @@ class Client:
             )
         else:
             self._channel = grpc.insecure_channel(target, options=options)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._own_metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._stub = pb_grpc.SimSearchStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._info = None
@@ -220,6 +237,11 @@ class Client:
         self.retry_attempts = RETRY_ATTEMPTS if retries else 1
 
     # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def _metadata(self) -> tuple:
+        token = _CALL_TOKEN.get()
+        return self._own_metadata if token is None else (("authorization", f"Bearer {token}"),)
 
     def _call(self, method: str, request, idempotent: bool = False):
         """One call. ``idempotent``: a write that may be repeated (an upsert with explicit ids,
@@ -283,10 +305,13 @@ class Client:
 
     def create_collection(
         self, name: str, dim: int, metric: str = "l2", kind: str = "flat",
-        schema: dict[str, str] | None = None, **build_params: Any
+        schema: dict[str, str] | None = None, *, part_replica: bool = False,
+        **build_params: Any
     ) -> RemoteCollection:
         """Create a collection holding an index of ``kind`` (see simsearch.index_kinds());
-        ``schema`` declares attribute types (docs/filters.md), others are inferred on add."""
+        ``schema`` declares attribute types (docs/filters.md), others are inferred on add.
+        ``part_replica``: a Pyramid part's replica on a shard server (a cluster's leader makes
+        these; it needs a token of role "cluster")."""
         info = self._call(
             "CreateCollection",
             self._pb.CreateCollectionRequest(
@@ -296,6 +321,7 @@ class Client:
                 kind=kind,
                 params_json=self._convert.dump_params(build_params),
                 schema_json=self._convert.dump_params(schema or {}),
+                part_replica=part_replica,
             ),
         )
         return RemoteCollection(self, info)

@@ -95,6 +95,12 @@ class FencedPartError(ServiceError):
     code = "FAILED_PRECONDITION"
 
 
+class NotPartReplicaError(ServiceError):
+    """A fenced part write to a collection that was not created as a Pyramid part replica."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class OpsGoneError(ServiceError):
     """A part replica's WAL no longer holds the ops asked for (a snapshot compacted them): copy
     the whole replica instead."""

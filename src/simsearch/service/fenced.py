@@ -72,7 +72,8 @@ class FencedState:
                 f"{self.term}")
 
     def prepare(self, term: int, attempt: int, ops: list[PartOp]) -> None:
-        self.term, self.attempt = term, attempt
+        # never lowers the ballot: a snapshot re-logs older prepared ops after a raised term
+        self.term, self.attempt = max((self.term, self.attempt), (term, attempt))
         for op in ops:
             if op.pseq > self.applied:  # a replayed prepare of an applied op changes nothing
                 self.prepared[op.pseq] = ((term, attempt), op)
@@ -98,6 +99,15 @@ class FencedState:
                 return None
             ops.append(entry[1])
         return ops
+
+    def pending(self) -> dict[Ballot, list[PartOp]]:
+        """The prepared ops not yet applied, by ballot, in sequence order (a snapshot keeps
+        them in its new log)."""
+        out: dict[Ballot, list[PartOp]] = {}
+        for s in sorted(self.prepared):
+            ballot, op = self.prepared[s]
+            out.setdefault(ballot, []).append(op)
+        return out
 
     def mark_applied(self, through: int) -> None:
         self.applied = max(self.applied, through)

@@ -20,9 +20,11 @@ from .. import __version__
 from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperationError
 from ..index import MAX_K, index_kinds
 from . import convert
+from .auth import require_cluster_role
 from .errors import (
     ERROR_BASES_KEY,
     ERROR_TYPE_KEY,
+    NotPartReplicaError,
     ResourceExhaustedError,
     ServiceUnavailableError,
     code_for,
@@ -101,6 +103,7 @@ def _info(col: ServedCollection) -> pb.CollectionInfo:
         supports_remove=d["supports_remove"],
         search_params=d["search_params"],
         schema_json=json.dumps(d.get("schema", {})),
+        part_replica=bool(getattr(col, "part_replica", False)),
     )
 
 
@@ -129,9 +132,11 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     def CreateCollection(self, request, context, deadline):
         params = convert.load_params(request.params_json, "params_json (build parameters)")
         schema = convert.load_json(request.schema_json, "schema_json")
+        if request.part_replica:
+            require_cluster_role("creating a part replica")
         col = self.store.create(
             request.name, request.dim, request.metric or "l2", request.kind or "flat", params,
-            schema=schema,
+            schema=schema, part_replica=request.part_replica,
         )
         return _info(col)
 
@@ -249,6 +254,8 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def ImportCollection(self, request_iterator, context, deadline):
         name, config, data = self._receive_chunks(request_iterator, "collection")
+        if any(config.get(k) for k in ("part_replica", "part_state", "fence_term")):
+            require_cluster_role("importing a part replica")
         return _info(self.store.import_collection(name, config, data))
 
     def _blobs(self) -> BlobStore:
@@ -277,8 +284,10 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
 
     def _part(self, name: str) -> PartReplica:
         col = self.store.get(name)
-        if not col.part_replica:  # a cluster coordinator's collections
-            raise UnsupportedOperationError("part writes go to shard servers, not coordinators")
+        if not col.part_replica:  # an ordinary collection, or a coordinator's
+            raise NotPartReplicaError(
+                f"collection {name!r} is not a Pyramid part replica: part calls go only to "
+                "collections a cluster created as parts on its shard servers")
         return col
 
     @_rpc

@@ -21,6 +21,8 @@ while a write changes the index.
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -29,6 +31,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ import numpy as np
 
 from .._durable import atomic_write, fsync_dir
 from .._rwlock import RWLock
+from .._validate import check_batch_ids
 from ..errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -44,6 +48,8 @@ from ..errors import (
     InvalidIdError,
     InvalidParameterError,
     NotTrainedError,
+    RetrainNonEmptyError,
+    UnknownIdError,
 )
 from ..filters import parse_filter
 from ..index import (
@@ -62,6 +68,7 @@ from .errors import (
     DataLossError,
     DeadlineExceededError,
     FencedPartError,
+    NotPartReplicaError,
     OpsGoneError,
     ResourceExhaustedError,
     ServiceUnavailableError,
@@ -78,6 +85,8 @@ _PART_RE = re.compile(r"^part-(\d+)\.json$")
 _ATTR_RE = re.compile(r"^attrs-(\d+)\.bin$")
 _PART_OPS = (walmod.OP_PART_PREPARE, walmod.OP_PART_SYNC)
 DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
+#: after an automatic snapshot failed (a full disk): seconds before the next try
+SNAPSHOT_RETRY_SECONDS = 5
 # A log is also snapshotted once it outgrows the snapshot it follows (and this floor): replaying it
 # then costs about one rebuild of what the collection holds, however long the collection churns.
 # The soak found restarts taking minutes under add/remove churn below the byte cap.
@@ -94,6 +103,18 @@ def check_name(name: str) -> str:
             f"starting with a letter or digit; got {name!r}"
         )
     return name
+
+
+def _disk_error(exc: OSError, name: str, what: str) -> Exception:
+    """The typed error for a write the disk refused: nothing changed, and writes resume once
+    the disk takes them again."""
+    log.error("collection %s: %s: %s", name, what, exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceExhaustedError(
+            f"collection {name!r}: the data directory's disk is full; {what} (nothing changed). "
+            "Searches go on; writes resume once space is freed")
+    return ServiceUnavailableError(
+        f"collection {name!r}: a disk error; {what} (nothing changed); retry later")
 
 
 def _timeout(deadline: float | None) -> float:
@@ -328,10 +349,9 @@ def _read_config(path: Path) -> dict:
 
 
 class Collection:
-    """One named index with its log. Thread-safe. A PartReplica (service.protocols): on a shard
-    server it also takes a cluster part's fenced writes."""
-
-    part_replica = True
+    """One named index with its log. Thread-safe. Created as a part replica (``part_replica``
+    in its config, on a shard server) it is a PartReplica (service.protocols): it takes a
+    cluster part's fenced writes and nothing else; an ordinary collection refuses them."""
 
     def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES):
         self.name = name
@@ -344,9 +364,11 @@ class Collection:
         self._writer = threading.Lock()  # one write at a time, including its fsync
         self._rw = RWLock(DeadlineExceededError)  # searches share; applying a write is exclusive
         self._snapshot_bytes = 0  # size of the snapshot the log follows
+        self._snapshot_retry_at = 0.0  # after a failed automatic snapshot: not before then
         #: set once a Pyramid leader writes this collection as a part replica (fenced.py)
         self.fenced: FencedState | None = None
         self._wal_base_applied = 0  # the part sequence applied when the current log began
+        self.part_replica = False
         try:
             self.config = _read_config(path / "collection.json")
         except (OSError, ValueError) as exc:  # this collection is lost, the node's others serve
@@ -354,7 +376,10 @@ class Collection:
             self._mark_damaged(f"collection {name!r} has an unreadable collection.json", exc)
             return
         self.items = items_of(self.config)
+        self.part_replica = bool(self.config.get("part_replica"))
         self.recover()
+        # a part written before part replicas were declared: its fencing state says what it is
+        self.part_replica = self.part_replica or self.fenced is not None
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -482,13 +507,18 @@ class Collection:
     # -- writes -----------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self, deadline: float | None, part: bool = False):
-        """One write at a time. A part replica (fenced) takes only fenced part writes."""
+    def _write(self, deadline: float | None, part: bool | str = False):
+        """One write at a time. A part replica takes only fenced part writes (``part`` true);
+        ``part="only"``: a fenced part write, refused by an ordinary collection."""
         if not self._writer.acquire(timeout=_timeout(deadline)):
             raise DeadlineExceededError("the call's deadline passed while waiting for other writes")
         try:
             index = self._index()
-            if self.fenced is not None and not part:
+            if part == "only" and not self.part_replica:
+                raise NotPartReplicaError(
+                    f"collection {self.name!r} is not a Pyramid part replica: part writes go "
+                    "only to collections a cluster created as parts")
+            if self.part_replica and not part:
                 raise FencedPartError(
                     f"collection {self.name!r} is a Pyramid part replica: it takes writes only "
                     "from the cluster's leader (PartPrepare / PartSync); write through a "
@@ -497,21 +527,48 @@ class Collection:
         finally:
             self._writer.release()
 
-    def _log(self, op: int, meta: dict, blobs: tuple[bytes, ...], sync: bool = True) -> None:
+    def _commit(self, op: int, meta: dict, blobs: tuple[bytes, ...], apply: Callable[[], Any],
+                sync: bool = True) -> Any:
+        """Log a checked write, then apply it (``apply()``, under the exclusive lock): searches
+        never see a write that is not in the log. A failed append changes nothing (a full disk
+        is ResourceExhaustedError, other I/O errors ServiceUnavailableError); an apply that
+        fails takes its record out of the log again."""
+        mark = self._wal.size()
         try:
             self._wal.append(op, meta, blobs, sync)
         except OSError as exc:
-            log.error("collection %s: log append failed (%s); reloading from disk", self.name, exc)
+            raise _disk_error(exc, self.name, "the write was not made") from None
+        try:
             with self._rw.write():
-                self.recover()
-            raise ServiceUnavailableError(
-                "the write could not be made durable and was not applied; retry later"
-            ) from None
+                result = apply()
+        except BaseException:
+            try:
+                self._wal.cut_to(mark)
+            except OSError:  # the record stays: the log and the index must agree again
+                log.exception("collection %s: could not take a failed write out of its log; "
+                              "reloading", self.name)
+                with self._rw.write():
+                    self.recover()
+            raise
+        self._maybe_snapshot()
+        return result
+
+    def _maybe_snapshot(self) -> None:
+        """Snapshot once the log outgrows its bounds. The write before it is durable already:
+        a snapshot that fails (a full disk) is logged and tried again later, never reported as
+        the write's failure."""
         size = self._wal.size()
-        if (size > self.snapshot_wal_bytes or size > max(
-            MIN_SNAPSHOT_WAL_BYTES, self._snapshot_bytes
-        )) and not (self.fenced and self.fenced.prepared):  # a part snapshots between writes
+        if not (size > self.snapshot_wal_bytes
+                or size > max(MIN_SNAPSHOT_WAL_BYTES, self._snapshot_bytes)):
+            return
+        if time.monotonic() < self._snapshot_retry_at:
+            return
+        try:
             self._snapshot_locked()
+        except OSError as exc:
+            self._snapshot_retry_at = time.monotonic() + SNAPSHOT_RETRY_SECONDS
+            log.warning("collection %s: snapshot failed (%s); the log keeps every write, "
+                        "retrying in %d s", self.name, exc, SNAPSHOT_RETRY_SECONDS)
 
     def add(
         self, x: Any, ids: Any = None, upsert: bool = False, deadline: float | None = None,
@@ -523,42 +580,53 @@ class Collection:
             x = self.items.check(index, x)
             n = self.items.count(x)
             checked = self.attrs.check(attributes, n)
-            if upsert and ids is not None:
-                ids = as_id_array(ids)
-                if ids.shape[0] != n:
-                    raise InvalidIdError(
-                        f"ids must have one entry per item: got {ids.shape[0]} ids for {n} items"
-                    )
-                _check_unique(ids, "ids must be unique within a batch")
-                if not index.is_trained:
-                    raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
-                with self._rw.write():
-                    _upsert(index, x, ids, self.attrs, checked)
-                op = walmod.OP_UPSERT
+            if not index.is_trained:
+                raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
+            if ids is None:
+                ids = np.arange(index.next_id, index.next_id + n, dtype=np.int64)
             else:
-                if ids is not None:  # a batch that repeats an id is a bad argument, not a clash
-                    _check_unique(as_id_array(ids), "ids must be unique within a batch")
-                with self._rw.write():
-                    ids = index.add(x, ids)
+                _check_unique(as_id_array(ids), "ids must be unique within a batch")
+                ids = check_batch_ids(ids, n)
+                if not upsert:
+                    present = index.contains(ids)
+                    if present.any():
+                        raise DuplicateIdError(
+                            f"ids must not already be in the collection; {int(present.sum())} "
+                            f"are, e.g. id {int(ids[present][0])} (remove it first, or upsert)")
+            if not n:
+                return ids
+            if upsert:
+                def apply():
+                    _upsert(index, x, ids, self.attrs, checked)
+            else:
+                def apply():
+                    index.add(x, ids)
                     self.attrs.add(ids, checked)
-                op = walmod.OP_ADD
-            if n:
-                self._log(op, {"n": n}, (self.items.to_bytes(x), ids.tobytes(),
-                                         *_attributes_blob(checked)))
+            self._commit(walmod.OP_UPSERT if upsert else walmod.OP_ADD, {"n": n},
+                         (self.items.to_bytes(x), ids.tobytes(), *_attributes_blob(checked)),
+                         apply)
             return ids
 
     def remove(self, ids: Any, deadline: float | None = None, missing_ok: bool = False) -> int:
         with self._write(deadline) as index:
             ids = as_id_array(ids)
             _check_unique(ids, "ids to remove must be unique")
+            present = index.contains(ids)
             if missing_ok:
-                ids = ids[index.contains(ids)]
-            with self._rw.write():
+                ids = ids[present]
+            elif not present.all():
+                raise UnknownIdError(
+                    f"ids to remove must be in the collection; {int((~present).sum())} are not, "
+                    f"e.g. id {int(ids[~present][0])}")
+            if not ids.size:
+                return 0
+
+            def apply():
                 n = index.remove(ids)
                 self.attrs.remove(ids)
-            if n:
-                self._log(walmod.OP_REMOVE, {"n": n}, (ids.tobytes(),))
-            return n
+                return n
+
+            return self._commit(walmod.OP_REMOVE, {"n": int(ids.size)}, (ids.tobytes(),), apply)
 
     def train(self, x: Any, deadline: float | None = None, **options: Any) -> None:
         """Train the index. ``options``: for string collections, ``encoder_file`` (a trained
@@ -567,72 +635,91 @@ class Collection:
             if not self.items.train_replayable:  # slow and not replayable: snapshot it now
                 with self._rw.write():
                     index.train(x, **options)
-                self._snapshot_locked()
+                try:
+                    self._snapshot_locked()
+                except OSError as exc:  # not durable: undo it, as if it had not happened
+                    with self._rw.write():
+                        self.recover()
+                    raise _disk_error(exc, self.name, "the training was not kept") from None
                 return
             if options:
                 raise InvalidParameterError(
                     f"training options {sorted(options)} apply to string collections only")
             x = as_matrix(x, index.dim, index.metric, "training vectors")
-            with self._rw.write():
-                index.train(x)
-            if type(index).needs_training:
-                self._log(walmod.OP_TRAIN, {"n": int(x.shape[0])}, (x.tobytes(),))
+            if not type(index).needs_training:
+                return
+            if x.shape[0] == 0:
+                raise InvalidParameterError("training vectors must hold at least one row; got 0")
+            if index.is_trained and len(index):
+                raise RetrainNonEmptyError(
+                    f"{type(index).__name__} holds {len(index)} items and is trained; "
+                    "re-training would strand them. Remove them first, or create a new collection")
+            self._commit(walmod.OP_TRAIN, {"n": int(x.shape[0])}, (x.tobytes(),),
+                         lambda: index.train(x))
 
     # -- fenced part writes (fenced.py, docs/cluster.md "Writes") ------------------------------
+
+    def _prepare_record(self, index: Index, term: int, attempt: int, ops: list[PartOp]
+                        ) -> tuple[dict, tuple[bytes, ...]]:
+        """A prepare's log record, its ops checked."""
+        meta, blobs = [], []
+        for op in ops:
+            _check_unique(op.ids, "ids of a part op must be unique")
+            entry = {"pseq": int(op.pseq), "remove": bool(op.remove)}
+            if not op.remove:
+                x = self.items.check(index, op.x)
+                if self.items.count(x) != op.ids.size:
+                    raise InvalidIdError(f"a part op has {op.ids.size} ids for "
+                                         f"{self.items.count(x)} vectors")
+                blobs.append(self.items.to_bytes(x))
+                if op.attributes:
+                    self.attrs.check(op.attributes, op.ids.size)
+                    entry["attributes"] = op.attributes
+            meta.append(entry)
+            blobs.append(np.ascontiguousarray(op.ids, np.int64).tobytes())
+        return {"term": term, "attempt": attempt, "ops": meta}, tuple(blobs)
 
     def part_prepare(self, term: int, attempt: int, ops: list[PartOp],
                      deadline: float | None = None) -> dict:
         """Phase one: check the ballot and the ops, store them durably, apply nothing."""
-        with self._write(deadline, part=True) as index:
+        with self._write(deadline, part="only") as index:
             state = self.fenced or FencedState()
             state.check_prepare(term, attempt)
-            meta, blobs = [], []
-            for op in ops:
-                _check_unique(op.ids, "ids of a part op must be unique")
-                entry = {"pseq": int(op.pseq), "remove": bool(op.remove)}
-                if not op.remove:
-                    x = self.items.check(index, op.x)
-                    if self.items.count(x) != op.ids.size:
-                        raise InvalidIdError(f"a part op has {op.ids.size} ids for "
-                                             f"{self.items.count(x)} vectors")
-                    blobs.append(self.items.to_bytes(x))
-                    if op.attributes:
-                        self.attrs.check(op.attributes, op.ids.size)
-                        entry["attributes"] = op.attributes
-                meta.append(entry)
-                blobs.append(op.ids.tobytes())
+            meta, blobs = self._prepare_record(index, term, attempt, ops)
             if not index.is_trained:
                 raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
-            # state first: a snapshot the append may start must not drop these ops (it waits
-            # while ops are prepared); a failed append reloads state and index from disk
-            state.prepare(term, attempt, ops)
-            self.fenced = state
-            self._log(walmod.OP_PART_PREPARE, {"term": term, "attempt": attempt, "ops": meta},
-                      tuple(blobs))
+
+            def apply():
+                state.prepare(term, attempt, ops)
+                self.fenced = state
+
+            self._commit(walmod.OP_PART_PREPARE, meta, blobs, apply)
             return self._part_state(index)
 
     def part_sync(self, term: int, ballot: tuple[int, int] = (0, 0), first: int = 0,
                   through: int = 0, deadline: float | None = None) -> dict:
         """Phase two: fence at ``term``, then apply the prepared ops [first, through] of
         ``ballot`` if this replica can (see FencedState.ops_to_apply); report what it holds."""
-        with self._write(deadline, part=True) as index:
+        with self._write(deadline, part="only") as index:
             state = self.fenced or FencedState()
             state.check_term(term)
-            ops = state.ops_to_apply(ballot, first, through) if through else []
+            # None (this replica cannot apply them: the leader repairs it) applies nothing too
+            ops = (state.ops_to_apply(ballot, first, through) if through else None) or []
             raised = term > state.term
             if ops or raised:
-                if ops:
-                    with self._rw.write():
-                        for op in ops:
-                            _apply_part_op(index, op, self.attrs)
-                    state.mark_applied(through)
-                state.raise_term(term)
-                self.fenced = state  # a failed append reloads state and index from disk
+                def apply():
+                    for op in ops:
+                        _apply_part_op(index, op, self.attrs)
+                    if ops:
+                        state.mark_applied(through)
+                    state.raise_term(term)
+                    self.fenced = state
+
                 # a lost sync record is repaired by the leader's next sync; a raised term must
                 # survive a crash, so that record is fsynced
-                self._log(walmod.OP_PART_SYNC, {"term": term, "ballot": list(ballot),
-                                                "first": first, "through": through if ops else 0},
-                          (), sync=raised)
+                self._commit(walmod.OP_PART_SYNC,
+                             {"term": term, "ballot": list(ballot), "first": first,
+                              "through": through if ops else 0}, (), apply, sync=raised)
             self.fenced = self.fenced or state
             return self._part_state(index)
 
@@ -641,7 +728,7 @@ class Collection:
         """The ops this replica applied after sequence ``after``, in order, as many as fit
         ``max_bytes`` (at least one), and its applied sequence; OpsGoneError if its log no
         longer reaches back to ``after`` (a snapshot compacted it)."""
-        with self._write(deadline, part=True) as index:
+        with self._write(deadline, part="only") as index:
             st = self.fenced
             if st is None or after >= st.applied:
                 return [], st.applied if st else 0
@@ -667,34 +754,59 @@ class Collection:
     def snapshot(self, deadline: float | None = None) -> int:
         """Save the index as a new generation and start an empty log. Returns the item count."""
         with self._write(deadline, part=True) as index:
-            self._snapshot_locked()
+            try:
+                self._snapshot_locked()
+            except OSError as exc:
+                raise _disk_error(exc, self.name, "no snapshot was made") from None
             return len(index)
 
     def _snapshot_locked(self) -> None:
+        """Generation g+1: its log (holding the ops a part has prepared and not yet applied),
+        fencing state and attributes first, then the snapshot file, the commit point. A failure
+        before the commit leaves generation g as it was."""
         g = self.generation + 1
-        if self.fenced is not None:  # before the snapshot file: the snapshot is the commit point
-            state = json.dumps(self.fenced.to_json()).encode()
-            atomic_write(self.path / f"part-{g}.json", lambda f: f.write(state))
-        with self._rw.read():  # searches go on; writes are held by the writer lock
-            self.attrs.save(self.path / f"attrs-{g}.bin")  # before the snapshot: its commit
-            self.index.save(self.path / f"snapshot-{g}.idx")
+        names = (f"wal-{g}.log", f"part-{g}.json", f"attrs-{g}.bin", f"snapshot-{g}.idx")
+        for f in names:  # leftovers of an attempt that failed
+            (self.path / f).unlink(missing_ok=True)
+        new_wal = None
+        try:
+            new_wal = WriteAheadLog(self.path / f"wal-{g}.log")
+            if self.fenced is not None:
+                state = json.dumps(self.fenced.to_json()).encode()
+                atomic_write(self.path / f"part-{g}.json", lambda f: f.write(state))
+                for (term, attempt), ops in self.fenced.pending().items():
+                    new_wal.append(walmod.OP_PART_PREPARE,
+                                   *self._prepare_record(self.index, term, attempt, ops))
+            with self._rw.read():  # searches go on; writes are held by the writer lock
+                self.attrs.save(self.path / f"attrs-{g}.bin")
+                self.index.save(self.path / f"snapshot-{g}.idx")
+        except BaseException:
+            if new_wal is not None:
+                new_wal.close()
+            for f in names:
+                (self.path / f).unlink(missing_ok=True)
+            raise
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size
         self._wal_base_applied = self.fenced.applied if self.fenced is not None else 0
-        new_wal = WriteAheadLog(self.path / f"wal-{g}.log")
         old_wal, old_g = self._wal, self.generation
         self._wal, self.generation = new_wal, g
         old_wal.close()
         for f in (f"snapshot-{old_g}.idx", f"wal-{old_g}.log", f"part-{old_g}.json",
                   f"attrs-{old_g}.bin"):
             (self.path / f).unlink(missing_ok=True)
-        fsync_dir(self.path)
+        with contextlib.suppress(OSError):  # recovery removes what a crash leaves of g
+            fsync_dir(self.path)
         log.info("collection %s: snapshot generation %d (%d items)", self.name, g, len(self.index))
 
     def export(self, deadline: float | None = None) -> tuple[dict, bytes]:
         """Snapshot, then return the config (with a part replica's fencing state) and the
-        snapshot file's bytes (for copying to another node)."""
+        snapshot file's bytes (for copying to another node). A part's prepared ops stay in
+        its own log; the copy holds what it applied."""
         with self._write(deadline, part=True):
-            self._snapshot_locked()
+            try:
+                self._snapshot_locked()
+            except OSError as exc:
+                raise _disk_error(exc, self.name, "nothing was exported") from None
             config = dict(self.config)
             if self.fenced is not None:
                 config["part_state"] = self.fenced.to_json()
@@ -746,8 +858,9 @@ class Store:
         return sorted(self._collections)
 
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
-               schema: dict | None = None) -> Collection:
-        """A new collection; ``schema`` declares attribute types (others are inferred)."""
+               schema: dict | None = None, part_replica: bool = False) -> Collection:
+        """A new collection; ``schema`` declares attribute types (others are inferred);
+        ``part_replica``: a cluster part's replica (takes only fenced part writes)."""
         check_name(name)
         schema = check_schema(schema)
         if not isinstance(params, dict):
@@ -765,6 +878,8 @@ class Store:
             config = {"dim": dim, "metric": metric, "kind": kind, "params": params}
             if schema:
                 config["schema"] = schema
+            if part_replica:
+                config["part_replica"] = True
             with open(tmp / "collection.json", "w") as f:
                 json.dump(config, f)
                 f.flush()
@@ -786,6 +901,8 @@ class Store:
         part_state = config.pop("part_state", None)
         fence_term = int(config.pop("fence_term", 0) or 0)
         attributes = config.pop("attributes", None)
+        if part_state is not None:
+            config["part_replica"] = True
         with self._lock:
             old = self._collections.get(name)
             if old is not None and old.fenced is not None:

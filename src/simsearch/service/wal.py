@@ -1,15 +1,21 @@
 """A checksummed, append-only write-ahead log.
 
-Record layout (little-endian)::
+File layout (little-endian)::
 
-    u32 length   length of the payload
-    u32 crc32    zlib.crc32 of the payload
-    payload      u8 op | u32 meta length | meta (JSON) | blobs (raw bytes, sizes in meta)
+    FILE_MAGIC   8 bytes, once
+    records      u32 length | u32 crc32 of the payload | u32 crc32 of the two fields before
+                 | payload (u8 op | u32 meta length | meta (JSON) | blobs, sizes in meta)
 
-``append`` writes one record and fsyncs before it returns, so an acknowledged write survives a
-crash. ``read_records`` verifies every record: a damaged or incomplete *last* record is a write
-torn by a crash and is dropped (the file is cut back to the last whole record); damage followed
-by more data is corruption and raises :class:`WalCorruptError`.
+The header carries its own checksum, so a damaged length is told apart from a write that did
+not finish. ``append`` writes one record and fsyncs before it returns, so an acknowledged write
+survives a crash. ``scan`` verifies every record: a record that fails its checks and is followed
+by nothing but zeros (a torn write, or the zero-filled tail a power loss leaves on ext4 or XFS)
+is cut off; damage followed by any other data is corruption and raises
+:class:`WalCorruptError` naming the offset: the collection is not opened, nothing is truncated,
+and an operator restores it from a backup (docs/service.md, "Durability").
+
+Logs written before the header checksum (no FILE_MAGIC; ``u32 length | u32 crc32 | payload``)
+are read as they are and rewritten in this layout on recovery.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._durable import fsync_dir
+from .._durable import atomic_write
 from ..errors import CorruptIndexError
 
-_HEAD = struct.Struct("<II")
+FILE_MAGIC = b"SSWAL2\n\x00"
+_HEAD = struct.Struct("<III")
+_LEGACY_HEAD = struct.Struct("<II")
 _PAYLOAD_HEAD = struct.Struct("<BI")
 
 OP_ADD = 1
@@ -52,7 +60,8 @@ def encode(op: int, meta: dict, blobs: list[bytes] | tuple[bytes, ...] = ()) -> 
     meta = dict(meta, blob_sizes=[len(b) for b in blobs])
     mbytes = json.dumps(meta, separators=(",", ":")).encode()
     payload = b"".join([_PAYLOAD_HEAD.pack(op, len(mbytes)), mbytes, *blobs])
-    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+    fields = struct.pack("<II", len(payload), zlib.crc32(payload))
+    return fields + struct.pack("<I", zlib.crc32(fields)) + payload
 
 
 def decode_payload(payload: bytes | memoryview) -> Record:
@@ -69,38 +78,77 @@ def decode_payload(payload: bytes | memoryview) -> Record:
     return Record(op, meta, blobs)
 
 
+def _decoded(payload: memoryview, crc: int) -> Record | None:
+    if zlib.crc32(payload) != crc:
+        return None
+    try:
+        return decode_payload(payload)
+    except (ValueError, KeyError, TypeError, struct.error):
+        return None
+
+
+def _zeros(buf: memoryview) -> bool:
+    return not any(buf)
+
+
 def scan(buf: bytes | memoryview) -> tuple[list[Record], int, bool]:
-    """Parse records from a log image. Returns (records, end of the last whole record, torn)
-    where ``torn`` says a partial last record was found. Raises WalCorruptError on damage that
-    is followed by more data."""
+    """Parse the records of a log image. Returns (records, end of the last whole record, torn)
+    where ``torn`` says a torn or zero-filled tail follows them. Raises WalCorruptError on
+    damage that is followed by more data."""
     buf = memoryview(buf)
+    size = len(buf)
+    if bytes(buf[: len(FILE_MAGIC)]) != FILE_MAGIC:
+        if size < len(FILE_MAGIC) and (_zeros(buf) or FILE_MAGIC.startswith(bytes(buf))):
+            return [], 0, size > 0  # the magic itself was torn: an empty log
+        return _scan_legacy(buf)
     records: list[Record] = []
-    pos, size = 0, len(buf)
+    pos = len(FILE_MAGIC)
     while pos < size:
         if size - pos < _HEAD.size:
             return records, pos, True
-        length, crc = _HEAD.unpack_from(buf, pos)
+        length, crc, head_crc = _HEAD.unpack_from(buf, pos)
+        if zlib.crc32(buf[pos : pos + 8]) != head_crc:
+            if _zeros(buf[pos:]):
+                return records, pos, True
+            raise WalCorruptError(
+                f"write-ahead log record at offset {pos}: its header failed its checksum and "
+                f"{size - pos} bytes of data follow")
         end = pos + _HEAD.size + length
-        if end > size:  # the write did not finish (or its length field was torn)
+        if end > size:  # a whole header, a partial payload: the write did not finish
             return records, pos, True
-        payload = buf[pos + _HEAD.size : end]
-        ok = zlib.crc32(payload) == crc
-        if ok:
-            try:
-                rec = decode_payload(payload)
-            except (ValueError, KeyError, TypeError, struct.error):
-                ok = False
-        if not ok:
-            if end == size:  # the last record: a write torn by a crash
+        rec = _decoded(buf[pos + _HEAD.size : end], crc)
+        if rec is None:
+            if _zeros(buf[end:]):  # the last record: a write torn by a crash
                 return records, pos, True
             raise WalCorruptError(
                 f"write-ahead log record at offset {pos} failed its checksum and is followed by "
-                f"{size - end} more bytes"
-            )
+                f"{size - end} more bytes")
         records.append(rec)
         pos = end
     return records, pos, False
 
+
+def _scan_legacy(buf: memoryview) -> tuple[list[Record], int, bool]:
+    """A log written before the header checksum (see the module docstring)."""
+    records: list[Record] = []
+    pos, size = 0, len(buf)
+    while pos < size:
+        if size - pos < _LEGACY_HEAD.size:
+            return records, pos, True
+        length, crc = _LEGACY_HEAD.unpack_from(buf, pos)
+        end = pos + _LEGACY_HEAD.size + length
+        if end > size:
+            return records, pos, True
+        rec = _decoded(buf[pos + _LEGACY_HEAD.size : end], crc)
+        if rec is None:
+            if end == size or _zeros(buf[end:]):
+                return records, pos, True
+            raise WalCorruptError(
+                f"write-ahead log record at offset {pos} failed its checksum and is followed by "
+                f"{size - end} more bytes")
+        records.append(rec)
+        pos = end
+    return records, pos, False
 
 
 class WriteAheadLog:
@@ -108,23 +156,29 @@ class WriteAheadLog:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        existed = self.path.exists()
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            atomic_write(self.path, lambda f: f.write(FILE_MAGIC))
         self._f = open(self.path, "ab")
+        self._end = self._f.tell()  # the end of the last whole record
         self._lock = threading.Lock()
-        if not existed:
-            os.fsync(self._f.fileno())
-            fsync_dir(self.path.parent)
 
     @staticmethod
     def recover(path: str | os.PathLike) -> tuple[list[Record], bool]:
-        """Read every whole record of the log at ``path`` and cut off a torn tail on disk.
-        Returns (records, whether a torn tail was dropped)."""
+        """Read every whole record of the log at ``path`` and cut off a torn tail on disk (a
+        log in the old layout is rewritten in the current one). Returns (records, whether a
+        torn tail was dropped); WalCorruptError, naming the file and offset, on damage."""
         path = Path(path)
         if not path.exists():
             return [], False
         data = path.read_bytes()
-        records, end, torn = scan(data)
-        if end != len(data):
+        try:
+            records, end, torn = scan(data)
+        except WalCorruptError as exc:
+            raise WalCorruptError(f"{path.name}: {exc}") from None
+        if not data.startswith(FILE_MAGIC):
+            image = FILE_MAGIC + b"".join(encode(r.op, r.meta, r.blobs) for r in records)
+            atomic_write(path, lambda f: f.write(image))
+        elif end != len(data):
             with open(path, "r+b") as f:
                 f.truncate(end)
                 f.flush()
@@ -132,29 +186,42 @@ class WriteAheadLog:
         return records, torn
 
     def size(self) -> int:
-        return self._f.tell()
+        return self._end
 
     def append(self, op: int, meta: dict, blobs: list[bytes] | tuple[bytes, ...] = (),
                sync: bool = True) -> None:
         """Write one record and fsync it (``sync=False``: the next synced append, or the OS,
-        makes it durable; for records whose loss a replay repairs). On failure the partial
-        record is cut off again and the OSError propagates (the caller must treat the write as
-        not made)."""
+        makes it durable; for records whose loss a replay repairs). On failure (a full disk,
+        an I/O error) the partial record is cut off again and the OSError propagates: the
+        caller treats the write as not made. A cut that fails too is retried before the next
+        append, which fails until it succeeds."""
         rec = encode(op, meta, blobs)
         with self._lock:
-            start = self._f.tell()
             try:
+                if self._f.tell() != self._end:  # an earlier failed append left bytes behind
+                    self._cut()
                 self._f.write(rec)
                 self._f.flush()
                 if sync:
                     os.fsync(self._f.fileno())
             except OSError:
                 try:
-                    self._f.truncate(start)
-                    self._f.seek(start)
+                    self._cut()
                 except OSError:
                     pass
                 raise
+            self._end += len(rec)
+
+    def cut_to(self, end: int) -> None:
+        """Take the records after ``end`` (a size() read before them) out of the log again."""
+        with self._lock:
+            self._end = end
+            self._cut()
+
+    def _cut(self) -> None:
+        self._f.truncate(self._end)
+        self._f.seek(self._end)
+        os.fsync(self._f.fileno())
 
     def close(self) -> None:
         with self._lock:

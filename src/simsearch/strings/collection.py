@@ -68,6 +68,11 @@ class StringCollectionIndex:
     def __len__(self) -> int:
         return 0 if self.strings is None else len(self.strings)
 
+    @property
+    def next_id(self) -> int:
+        """The first id an ``add`` without ids gives."""
+        return 0 if self.strings is None else self.strings.next_id
+
     def _trained(self) -> StringIndex:
         if self.strings is None:
             raise NotTrainedError("a string collection must be trained (its CNN-ED encoder fit, "

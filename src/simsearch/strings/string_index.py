@@ -73,6 +73,11 @@ class StringIndex:
     def __len__(self) -> int:
         return len(self._strings)
 
+    @property
+    def next_id(self) -> int:
+        """The first id an ``add`` without ids gives."""
+        return self._vectors.next_id
+
     def __repr__(self) -> str:
         return f"StringIndex({self.encoder!r}, index={self.index_kind!r}) n={len(self)}"
 

@@ -17,7 +17,7 @@ class Matrix(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params", "schema_json")
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params", "schema_json", "part_replica")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class CollectionInfo(_message.Message):
     SUPPORTS_REMOVE_FIELD_NUMBER: _ClassVar[int]
     SEARCH_PARAMS_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    PART_REPLICA_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     metric: str
@@ -40,23 +41,26 @@ class CollectionInfo(_message.Message):
     supports_remove: bool
     search_params: _containers.RepeatedScalarFieldContainer[str]
     schema_json: str
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ...) -> None: ...
+    part_replica: bool
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., part_replica: _Optional[bool] = ...) -> None: ...
 
 class CreateCollectionRequest(_message.Message):
-    __slots__ = ("name", "dim", "metric", "kind", "params_json", "schema_json")
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "schema_json", "part_replica")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    PART_REPLICA_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     metric: str
     kind: str
     params_json: str
     schema_json: str
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., schema_json: _Optional[str] = ...) -> None: ...
+    part_replica: bool
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., schema_json: _Optional[str] = ..., part_replica: _Optional[bool] = ...) -> None: ...
 
 class CollectionRequest(_message.Message):
     __slots__ = ("name",)
