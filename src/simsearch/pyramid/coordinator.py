@@ -627,7 +627,7 @@ class Coordinator:
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
                schema: dict | None = None, part_replica: bool = False):
         from ..service.attributes import check_schema
-        from ..service.store import check_name
+        from ..service.limits import check_name
         from .index import PyramidIndex
 
         if part_replica:

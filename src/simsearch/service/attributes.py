@@ -10,14 +10,17 @@ few vectorized passes, then the allowed ids the index's planner takes.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidAttributeError, InvalidFilterError
+from ..errors import InvalidAttributeError, InvalidFilterError, InvalidParameterError
 from ..fileformat import read_index_file, write_index_file
 from ..filters import in_sorted
+from .errors import DeadlineExceededError, ResourceExhaustedError
+from .limits import DEFAULT_LIMITS, Limits, check_name
 
 TYPES = ("int", "float", "bool", "keyword", "keywords")
 _NUMERIC_OPS = ("eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exists")
@@ -43,10 +46,37 @@ def check_schema(schema: Any) -> dict[str, str]:
 
 
 def _check_name(name: Any) -> None:
-    if not isinstance(name, str) or not name or name.startswith("$") or len(name) > 128:
-        raise InvalidAttributeError(
-            f"attribute names must be 1-128 character strings not starting with '$'; got "
-            f"{name!r}")
+    try:
+        check_name(name, "an attribute name")
+    except InvalidParameterError as exc:
+        raise InvalidAttributeError(str(exc)) from None
+
+
+def check_where(expr: Any, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Refuse a ``where`` filter nested deeper than ``limits.max_where_depth`` or holding more
+    than ``limits.max_where_clauses`` conditions and operators, before anything evaluates it
+    (iteratively: a hostile depth costs no recursion)."""
+    clauses, stack = 0, [(expr, 1)]
+    while stack:
+        e, depth = stack.pop()
+        if depth > limits.max_where_depth:
+            raise InvalidFilterError(
+                f"where is nested deeper than {limits.max_where_depth} levels of $and / $or / "
+                "$not (the server's --max-where-depth)")
+        if not isinstance(e, dict):
+            continue
+        clauses += len(e)
+        for key, val in e.items():
+            if key in ("$and", "$or") and isinstance(val, list):
+                stack.extend((x, depth + 1) for x in val)
+            elif key == "$not":
+                stack.append((val, depth + 1))
+            elif isinstance(val, dict):
+                clauses += len(val)
+        if clauses > limits.max_where_clauses:
+            raise InvalidFilterError(
+                f"where holds more than {limits.max_where_clauses} conditions and operators "
+                "(the server's --max-where-clauses); match on fewer, or use $in lists")
 
 
 def _value_type(v: Any) -> str | None:
@@ -113,6 +143,7 @@ class AttributeTable:
     """The attributes of every item a collection holds, one typed column per name."""
 
     def __init__(self, schema: dict[str, str] | None = None):
+        self.max_columns = Limits.max_attribute_columns  # a node sets its own limit
         self.schema: dict[str, str] = dict(schema or {})
         self.ids = np.empty(0, np.int64)  # sorted: every item held
         self.cols: dict[str, dict[str, np.ndarray]] = {}
@@ -149,6 +180,12 @@ class AttributeTable:
             raise InvalidAttributeError(
                 f"attributes must map names to one value per item; got "
                 f"{type(attributes).__name__}")
+        new = [name for name in attributes if name not in self.schema]
+        if new and len(self.schema) + len(new) > self.max_columns:
+            raise ResourceExhaustedError(
+                f"a collection holds at most {self.max_columns} attribute columns (the "
+                f"server's --max-attribute-columns); it has {len(self.schema)}, this write "
+                f"adds {len(new)}")
         out = {}
         for name, values in attributes.items():
             _check_name(name)
@@ -234,12 +271,15 @@ class AttributeTable:
     # -- persistence ----------------------------------------------------------------------------
 
     def save(self, path: Path) -> None:
-        arrays = {"ids": self.ids}
-        for name, col in self.cols.items():
+        # arrays are named by column number: names and words live in the JSON header, which
+        # holds any string
+        arrays, columns = {"ids": self.ids}, []
+        for i, (name, col) in enumerate(self.cols.items()):
+            columns.append([name, list(col)])
             for key, arr in col.items():
-                arrays[f"{name}\x00{key}"] = arr
-        write_index_file(path, {"class": FORMAT, "schema": self.schema, "words": self.words},
-                         arrays)
+                arrays[f"c{i}.{key}"] = arr
+        write_index_file(path, {"class": FORMAT, "schema": self.schema, "words": self.words,
+                                "columns": columns}, arrays)
 
     @classmethod
     def load(cls, path: Path) -> AttributeTable:
@@ -251,18 +291,25 @@ class AttributeTable:
         t.words = {k: list(v) for k, v in header["words"].items()}
         t._code = {k: {w: i for i, w in enumerate(v)} for k, v in t.words.items()}
         t.ids = np.array(arrays.pop("ids"))
-        for key, arr in arrays.items():
-            name, part = key.split("\x00")
-            t.cols.setdefault(name, {})[part] = np.array(arr)
+        if "columns" in header:
+            for i, (name, keys) in enumerate(header["columns"]):
+                t.cols[name] = {k: np.array(arrays[f"c{i}.{k}"]) for k in keys}
+        else:  # written before columns were numbered: "<name>\0<key>"
+            for key, arr in arrays.items():
+                name, part = key.split("\x00")
+                t.cols.setdefault(name, {})[part] = np.array(arr)
         return t
 
     # -- the filter language --------------------------------------------------------------------
 
-    def where(self, expr: Any) -> np.ndarray:
-        """The ids (sorted) of the items matching a ``where`` filter."""
-        return self.ids[self._eval(expr, "where")]
+    def where(self, expr: Any, deadline: float | None = None) -> np.ndarray:
+        """The ids (sorted) of the items matching a ``where`` filter; DeadlineExceededError
+        once ``deadline`` (time.monotonic()) passes during the evaluation."""
+        return self.ids[self._eval(expr, "where", deadline)]
 
-    def _eval(self, expr: Any, at: str) -> np.ndarray:
+    def _eval(self, expr: Any, at: str, deadline: float | None = None) -> np.ndarray:
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeadlineExceededError("the call's deadline passed while evaluating where")
         if not isinstance(expr, dict):
             raise InvalidFilterError(
                 f"{at} must be an object of attribute conditions and $and/$or/$not; got "
@@ -272,10 +319,12 @@ class AttributeTable:
             if key in ("$and", "$or"):
                 if not isinstance(val, list) or not val:
                     raise InvalidFilterError(f"{at}.{key} must be a non-empty list of filters")
-                parts = [self._eval(e, f"{at}.{key}[{i}]") for i, e in enumerate(val)]
-                m = np.logical_and.reduce(parts) if key == "$and" else np.logical_or.reduce(parts)
+                m = None  # folded clause by clause: one mask alive, however many clauses
+                for i, e in enumerate(val):
+                    part = self._eval(e, f"{at}.{key}[{i}]", deadline)
+                    m = part if m is None else (m & part if key == "$and" else m | part)
             elif key == "$not":
-                m = ~self._eval(val, f"{at}.$not")
+                m = ~self._eval(val, f"{at}.$not", deadline)
             elif key.startswith("$"):
                 raise InvalidFilterError(
                     f"{at}: unknown operator {key!r}; allowed: $and, $or, $not, or an attribute "

@@ -107,6 +107,8 @@ def load_params(text: str, what: str = "params_json") -> dict[str, Any]:
         return {}
     try:
         out = json.loads(text)
+    except RecursionError:
+        raise InvalidParameterError(f"{what} is nested too deeply") from None
     except ValueError:
         raise InvalidParameterError(f"{what} must be a JSON object; got invalid JSON") from None
     if not isinstance(out, dict):
@@ -141,5 +143,7 @@ def load_json(text: str, what: str) -> Any:
         return None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise InvalidFilterError(f"{what} is nested too deeply") from None
     except ValueError:
         raise InvalidFilterError(f"{what} must be valid JSON") from None

@@ -24,6 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .auth import TokenAuthInterceptor, load_tokens
+from .limits import DEFAULT_LIMITS, Limits
 from .protocols import CollectionStore
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
@@ -94,20 +95,21 @@ def create_server(
     store: CollectionStore | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    limits: Limits = DEFAULT_LIMITS,
 ) -> RunningServer:
     """Open the store under ``data_dir`` (replaying logs), bind and start. Returns the running
     server and the port it bound. ``threads``: faiss's OpenMP limit in every worker thread (its
     limit is per thread; the process-wide limits are set once by run_serve)."""
     _fixed_mmap_threshold()
     if store is None:  # a caller may bring its own (the Pyramid coordinator does)
-        store = Store(data_dir, snapshot_wal_bytes=snapshot_wal_bytes)
+        store = Store(data_dir, snapshot_wal_bytes=snapshot_wal_bytes, limits=limits)
     metrics = None
     if metrics_port is not None:  # off by default: prometheus_client is imported only here
         from .metrics import ServiceMetrics
 
         metrics = ServiceMetrics(store)
         metrics_port = metrics.serve(metrics_port, metrics_host)
-    servicer = SimSearchServicer(store, max_message_bytes, metrics)
+    servicer = SimSearchServicer(store, max_message_bytes, metrics, limits)
     options = [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -224,6 +226,7 @@ def add_serve_arguments(p: argparse.ArgumentParser, data_dir: bool = True
         help="write {'port', 'pid'} as JSON here once serving (for scripts and tests)",
     )
     p.add_argument("--log-level", default="INFO")
+    Limits().add_arguments(p)
     return p
 
 
@@ -286,6 +289,7 @@ def run_serve(args: argparse.Namespace, store: CollectionStore | None = None,
                 metrics_port=getattr(args, "metrics_port", None),
                 metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
                 store=store,
+                limits=Limits.from_args(args),
             )
         except (OSError, ValueError) as exc:
             print(f"simsearch serve: {exc}", file=sys.stderr)

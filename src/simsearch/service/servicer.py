@@ -17,9 +17,15 @@ import grpc
 import numpy as np
 
 from .. import __version__
-from ..errors import InvalidParameterError, SimsearchError, UnsupportedOperationError
+from ..errors import (
+    InvalidFilterError,
+    InvalidParameterError,
+    SimsearchError,
+    UnsupportedOperationError,
+)
 from ..index import MAX_K, index_kinds
 from . import convert
+from .attributes import check_where
 from .auth import require_cluster_role
 from .errors import (
     ERROR_BASES_KEY,
@@ -30,6 +36,7 @@ from .errors import (
     code_for,
     error_bases,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .protocols import BlobStore, CollectionStore, PartReplica, ServedCollection
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
@@ -108,9 +115,11 @@ def _info(col: ServedCollection) -> pb.CollectionInfo:
 
 
 class SimSearchServicer(pb_grpc.SimSearchServicer):
-    def __init__(self, store: CollectionStore, max_message_bytes: int, metrics=None):
+    def __init__(self, store: CollectionStore, max_message_bytes: int, metrics=None,
+                 limits: Limits = DEFAULT_LIMITS):
         self.store = store
         self.max_message_bytes = max_message_bytes
+        self.limits = limits
         self.metrics = metrics  # a ServiceMetrics, or None when metrics are off
         self.stopping = threading.Event()
         self._inflight = 0
@@ -217,7 +226,12 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                 self._check_decoded_ids(len(lists.ids) // 8)
                 params[name] = convert.from_id_list(lists, len(q), name)
         if request.where_json:
+            if len(request.where_json) > self.limits.max_where_bytes:
+                raise InvalidFilterError(
+                    f"where_json holds {len(request.where_json)} characters, over the server's "
+                    f"--max-where-bytes of {self.limits.max_where_bytes}")
             params["where"] = convert.load_json(request.where_json, "where_json")
+            check_where(params["where"], self.limits)
         k = request.k
         if 1 <= k <= MAX_K:  # out-of-range k is refused by the index with its own message
             need = len(q) * k * convert.RESULT_BYTES + _RESPONSE_OVERHEAD
@@ -237,13 +251,27 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         for i in range(0, len(data), step):
             yield pb.SnapshotChunk(data=data[i : i + step])
 
-    @staticmethod
-    def _receive_chunks(request_iterator, what: str) -> tuple[str, dict, bytes]:
+    def _receive_chunks(self, request_iterator, what: str) -> tuple[str, dict, bytes]:
+        """The name, JSON meta and data of a stream; refused once it carries more than the
+        server's --max-stream-bytes (before the rest is read)."""
         first = next(request_iterator, None)
         if first is None or not first.collection:
             raise InvalidParameterError(f"the first chunk must name the {what}")
         meta = convert.load_params(first.config_json, "config_json")
-        return first.collection, meta, b"".join([first.data, *(c.data for c in request_iterator)])
+        cap = self.limits.max_stream_bytes
+        parts, size = [first.data], len(first.data) + len(first.config_json)
+        for c in request_iterator:
+            size += len(c.data) + len(c.collection) + len(c.config_json)
+            if size > cap:
+                raise ResourceExhaustedError(
+                    f"the {what} stream carries more than the server's --max-stream-bytes "
+                    f"({cap}); nothing was stored")
+            parts.append(c.data)
+        if size > cap:
+            raise ResourceExhaustedError(
+                f"the {what} stream carries more than the server's --max-stream-bytes ({cap}); "
+                "nothing was stored")
+        return first.collection, meta, b"".join(parts)
 
     @_rpc
     def ExportCollection(self, request, context, deadline):

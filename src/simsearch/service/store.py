@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _faults
 from .._durable import atomic_write, fsync_dir
 from .._rwlock import RWLock
 from .._validate import check_batch_ids
@@ -74,11 +75,11 @@ from .errors import (
     ServiceUnavailableError,
 )
 from .fenced import FencedState, PartOp
+from .limits import DEFAULT_LIMITS, Limits, check_name
 from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SNAP_RE = re.compile(r"^snapshot-(\d+)\.idx$")
 _WAL_RE = re.compile(r"^wal-(\d+)\.log$")
 _PART_RE = re.compile(r"^part-(\d+)\.json$")
@@ -94,15 +95,6 @@ MIN_SNAPSHOT_WAL_BYTES = 16 << 20
 #: blobs (the cluster's router checkpoints) are bounded: one is read whole into memory
 MAX_BLOB_BYTES = 1 << 30
 BLOB_MAGIC = "SSBLOB1"
-
-
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise InvalidParameterError(
-            "collection name must be 1-128 characters of letters, digits, '_', '.' or '-', "
-            f"starting with a letter or digit; got {name!r}"
-        )
-    return name
 
 
 def _disk_error(exc: OSError, name: str, what: str) -> Exception:
@@ -353,8 +345,10 @@ class Collection:
     in its config, on a shard server) it is a PartReplica (service.protocols): it takes a
     cluster part's fenced writes and nothing else; an ordinary collection refuses them."""
 
-    def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES):
+    def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
+                 limits: Limits = DEFAULT_LIMITS):
         self.name = name
+        self.limits = limits
         self.path = path
         self.snapshot_wal_bytes = snapshot_wal_bytes
         self.index: Index | None = None
@@ -420,6 +414,10 @@ class Collection:
                     _replay_part(index, fenced, rec, self.items, attrs=attrs)
                 else:
                     _apply(index, rec, self.items, attrs)
+        except walmod.WalCorruptError as exc:  # its message names the file and offset only
+            self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery: {exc}",
+                               exc)
+            return
         except CorruptIndexError as exc:
             self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery", exc)
             return
@@ -431,6 +429,7 @@ class Collection:
             if (m and int(m.group(1)) != g) or f.startswith("."):
                 (self.path / f).unlink(missing_ok=True)
         self.index, self.generation, self.damaged = index, g, None
+        attrs.max_columns = self.limits.max_attribute_columns
         self.attrs = attrs
         self.fenced = fenced
         self._wal_base_applied = base_applied
@@ -499,7 +498,7 @@ class Collection:
             if "where" in params:
                 params = dict(params)
                 params["allow"] = _and_allow(params.get("allow"),
-                                             self.attrs.where(params.pop("where")))
+                                             self.attrs.where(params.pop("where"), deadline))
             if "per_query" not in params:
                 return index.search(q, k, **params)
             return _search_per_query(index, q, k, params)
@@ -834,19 +833,24 @@ class Store:
         return ()  # the per-collection gauges (service.metrics) cover a node
 
     def __init__(
-        self, data_dir: str | os.PathLike, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES
+        self, data_dir: str | os.PathLike, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
+        limits: Limits = DEFAULT_LIMITS,
     ):
+        self.limits = limits
         self.root = Path(data_dir) / "collections"
         self.root.mkdir(parents=True, exist_ok=True)
         self.snapshot_wal_bytes = snapshot_wal_bytes
         self._lock = threading.Lock()
         self._collections: dict[str, Collection] = {}
+        for intent in sorted(self.root.glob(".swap-*.json")):
+            self._finish_swap(intent)
         for entry in sorted(os.listdir(self.root)):
             path = self.root / entry
-            if entry.startswith("."):  # an interrupted create or drop
+            if entry.startswith("."):  # an interrupted create, drop or import
                 shutil.rmtree(path, ignore_errors=True)
             elif (path / "collection.json").exists():
-                self._collections[entry] = self.collection_class(entry, path, snapshot_wal_bytes)
+                self._collections[entry] = self.collection_class(entry, path, snapshot_wal_bytes,
+                                                                 limits)
 
     def get(self, name: str) -> Collection:
         try:
@@ -887,7 +891,8 @@ class Store:
             fsync_dir(tmp)
             os.rename(tmp, self.root / name)
             fsync_dir(self.root)
-            col = self.collection_class(name, self.root / name, self.snapshot_wal_bytes)
+            col = self.collection_class(name, self.root / name, self.snapshot_wal_bytes,
+                                        self.limits)
             self._collections[name] = col
             return col
 
@@ -939,14 +944,46 @@ class Store:
             old = self._collections.pop(name, None)
             if old is not None:
                 old.close()
-                trash = self.root / f".drop-{uuid.uuid4().hex}"
-                os.rename(old.path, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.rename(tmp, self.root / name)
-            fsync_dir(self.root)
-            col = self.collection_class(name, self.root / name, self.snapshot_wal_bytes)
+            self._swap_in(name, tmp)
+            col = self.collection_class(name, self.root / name, self.snapshot_wal_bytes,
+                                        self.limits)
             self._collections[name] = col
             return col
+
+    def _swap_in(self, name: str, new: Path) -> None:
+        """Put the complete directory ``new`` in place as collection ``name``, replacing one of
+        that name. An intent file written first lets a restart finish the swap, so a crash at
+        any step leaves the old collection or the new one whole, never neither."""
+        key = new.name.rsplit("-", 1)[-1]
+        intent = self.root / f".swap-{key}.json"
+        text = json.dumps({"name": name, "new": new.name, "old": f".old-{key}"}).encode()
+        atomic_write(intent, lambda f: f.write(text))
+        _faults.point("import:intent-written")
+        self._finish_swap(intent)
+
+    def _finish_swap(self, intent: Path) -> None:
+        """Carry out (or finish, after a crash) the swap an intent file describes."""
+        try:
+            plan = json.loads(intent.read_text())
+            name, new, old = (check_name(plan[k]) if k == "name" else plan[k]
+                              for k in ("name", "new", "old"))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # written atomically: rare
+            log.error("ignoring a damaged import intent %s: %s", intent.name, exc)
+            intent.unlink(missing_ok=True)
+            return
+        target, new_path, old_path = self.root / name, self.root / new, self.root / old
+        if new_path.exists():  # the new copy is not in place yet
+            if target.exists() and not old_path.exists():
+                os.rename(target, old_path)
+                fsync_dir(self.root)
+                _faults.point("import:old-moved-away")
+            if not target.exists():
+                os.rename(new_path, target)
+            fsync_dir(self.root)
+            _faults.point("import:new-in-place")
+        intent.unlink(missing_ok=True)
+        fsync_dir(self.root)
+        shutil.rmtree(old_path, ignore_errors=True)
 
     def drop(self, name: str) -> None:
         with self._lock:
@@ -962,7 +999,7 @@ class Store:
     # Pyramid coordinators' router checkpoints; one file each, header + data, written atomically
 
     def _blob_path(self, name: str) -> Path:
-        check_name(name)
+        check_name(name, "blob name")
         return self.root.parent / "blobs" / name
 
     def put_blob(self, name: str, data: bytes, sha256: str) -> dict:
