@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simsearch._hnswlib import hnswlib_graph
 from simsearch.graph import _kernels as K
-from simsearch.hnsw import hnswlib_graph
 
 from .adapters import HnswlibRaw, SimsearchAdapter
 

@@ -12,12 +12,12 @@ import pytest
 
 import simsearch as ss
 from simsearch import errors
+from simsearch._hnswlib import hnswlib_graph
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
 from simsearch.graph import IPNSWPlus
 from simsearch.graph import _kernels as K
 from simsearch.graph.ipnsw_plus import insert_items
-from simsearch.hnsw import hnswlib_graph
 
 # -- slow references ---------------------------------------------------------------------------
 

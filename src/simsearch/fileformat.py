@@ -99,6 +99,8 @@ def read_index_bytes(data: bytes | bytearray | memoryview, source: str = "the da
         arrays = {}
         for e in header["arrays"]:
             dt = np.dtype(e["dtype"])
+            if dt.kind not in "biuf" or dt.byteorder == ">":  # plain little-endian numbers
+                raise ValueError(f"array {e.get('name')!r} has dtype {dt}")
             n = int(np.prod(e["shape"], dtype=np.int64)) * dt.itemsize
             start = int(e["offset"])
             if start < 0 or start + n > plen:

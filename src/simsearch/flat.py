@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from ._exact import exact_scores, exact_topk, topk_from_scores
-from .index import Index, SearchResult, normalize_rows, register
+from .index import Index, SearchResult, check_restored, normalize_rows, register
 
 __all__ = ["FlatIndex", "exact_scores", "topk_from_scores"]
 
@@ -78,5 +78,6 @@ class FlatIndex(Index):
     def _set_state(self, meta, arrays):
         self._x = np.array(arrays["x"], dtype=np.float32)
         self._ids = np.array(arrays["ids"], dtype=np.int64)
+        check_restored(self._idset.sorted, self._ids, self._x, self.dim)
         self._sq = (self._x * self._x).sum(1)
         self._n = self._x.shape[0]

@@ -2,100 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 from typing import Any
 
 import hnswlib
 import numpy as np
 
+from ._hnswlib import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
 from ._numba_util import kernel_width
 from .filters import BeamFilterHooks
 from .index import Index, SearchResult, check_int, check_threads, pad_score, register
 
 _SPACES = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
-
-
-# -- hnswlib's state inside our own file format ----------------------------------------------
-
-
-def hnswlib_state(h: hnswlib.Index) -> tuple[dict, dict[str, np.ndarray]]:
-    """hnswlib's own state (what it pickles), split into scalars (JSON) and arrays, so it is
-    kept inside a simsearch index file with no temporary file."""
-    st = h.__getstate__()[0]
-    return ({k: v for k, v in st.items() if not isinstance(v, np.ndarray)},
-            {k: v for k, v in st.items() if isinstance(v, np.ndarray)})
-
-
-def hnswlib_from_state(meta: dict, arrays: dict[str, np.ndarray]) -> hnswlib.Index:
-    """The inverse of hnswlib_state (hnswlib copies the arrays)."""
-    h = hnswlib.Index.__new__(hnswlib.Index)  # as pickle does: __setstate__ makes the index
-    h.__setstate__(({**meta, **arrays},))
-    return h
-
-
-def hnswlib_from_saved(blob: np.ndarray, space: str, dim: int, capacity: int,
-                       allow_replace_deleted: bool = False) -> hnswlib.Index:
-    """An index from hnswlib's own saved bytes: only files written before simsearch kept
-    hnswlib's state as arrays hold these (hnswlib loads from a path only)."""
-    fd, tmp = tempfile.mkstemp(suffix=".hnsw")
-    os.close(fd)
-    try:
-        np.asarray(blob, np.uint8).tofile(tmp)
-        h = hnswlib.Index(space=space, dim=dim)
-        h.load_index(tmp, max_elements=capacity, allow_replace_deleted=allow_replace_deleted)
-    finally:
-        os.unlink(tmp)
-    return h
-
-
-def hnswlib_graph(h: hnswlib.Index) -> dict[str, Any]:
-    """The graph of an hnswlib index, in label space (hnswlib labels must be 0..n-1).
-
-    Returns ``links0`` int32 (n, maxM0) with ``degree0`` int32 (n,); ``upper_links`` int32
-    (rows, maxM) with ``upper_degree``; ``upper_start`` int64 (n,): node u's level-l links
-    (l >= 1) are row ``upper_start[u] + l - 1``; ``entry`` and ``max_level``.
-    """
-    st = h.__getstate__()[0]
-    n = int(st["cur_element_count"])
-    spe = int(st["size_data_per_element"])
-    raw = st["data_level0"].view(np.uint8)[: n * spe].reshape(n, spe)
-    m0, m = int(st["max_M0"]), int(st["max_M"])
-    o0, lo = int(st["offset_level0"]), int(st["label_offset"])
-    # a link list is a uint16 count (then a deleted flag byte, a spare byte) and uint32 ids
-    deg0 = np.ascontiguousarray(raw[:, o0 : o0 + 2]).view(np.uint16)[:, 0].astype(np.int32)
-    links0 = np.ascontiguousarray(raw[:, o0 + 4 : o0 + 4 + 4 * m0]).view(np.uint32)
-    label = np.ascontiguousarray(raw[:, lo : lo + 8]).view(np.uint64)[:, 0].astype(np.int64)
-    if n and (label.min() < 0 or label.max() >= n or np.unique(label).size != n):
-        raise RuntimeError("hnswlib labels must be the positions 0..n-1")
-    internal = np.empty(n, np.int64)
-    internal[label] = np.arange(n)  # position -> hnswlib internal id
-
-    def to_pos(ids: np.ndarray, deg: np.ndarray) -> np.ndarray:
-        valid = np.arange(ids.shape[1])[None, :] < deg[:, None]
-        return np.where(valid, label[np.where(valid, ids, 0)], -1).astype(np.int32)
-
-    out_links0 = to_pos(links0[internal], deg0[internal])
-    levels = np.asarray(st["element_levels"][:n], np.int64)
-    size_links = int(st["size_links_per_element"])
-    ll = st["link_lists"].view(np.uint8)
-    rows = ll.size // size_links
-    ll = ll[: rows * size_links].reshape(rows, size_links)
-    udeg = np.ascontiguousarray(ll[:, :2]).view(np.uint16)[:, 0].astype(np.int32)
-    ulinks = np.ascontiguousarray(ll[:, 4 : 4 + 4 * m]).view(np.uint32)
-    start_internal = np.concatenate([[0], np.cumsum(levels)[:-1]]) if n else np.zeros(0, np.int64)
-    upper_start = np.where(levels[internal] > 0, start_internal[internal], -1).astype(np.int64)
-    return {
-        "links0": np.ascontiguousarray(out_links0),
-        "degree0": np.ascontiguousarray(deg0[internal]),
-        "upper_links": np.ascontiguousarray(to_pos(ulinks, udeg)) if rows else
-        np.full((1, max(m, 1)), -1, np.int32),
-        "upper_degree": udeg if rows else np.zeros(1, np.int32),
-        "upper_start": upper_start,
-        "entry": int(label[int(st["enterpoint_node"])]) if n else 0,
-        "max_level": max(int(st["max_level"]), 0) if n else 0,
-    }
 
 
 class _EfGate:

@@ -104,6 +104,16 @@ def pad_result(r: SearchResult, k: int, metric: str) -> SearchResult:
     return out
 
 
+def check_restored(held: np.ndarray, ids: np.ndarray, x: np.ndarray | None = None,
+                   dim: int = 0) -> None:
+    """ValueError unless a restored index's per-row ``ids`` are the held ids, once each, and its
+    vectors ``x`` are (rows, dim): a crafted file must not send a kernel out of bounds."""
+    if ids.ndim != 1 or ids.size != held.size or not np.array_equal(np.sort(ids), held):
+        raise ValueError("the stored ids do not match the ids the index holds")
+    if x is not None and x.shape != (ids.size, dim):
+        raise ValueError(f"stored vectors of shape {x.shape}; expected ({ids.size}, {dim})")
+
+
 class IdSet:
     """The external ids an index holds, as a sorted int64 array (compact, vectorised lookups)."""
 
@@ -609,7 +619,12 @@ def _restore(header: dict, arrays: dict[str, np.ndarray], path: str,
         if setup is not None:
             setup(idx)
         ids = arrays.pop("__ids__")
-        idx._idset = IdSet(ids.copy(), header["next_id"])
+        next_id = header["next_id"]
+        if ids.ndim != 1 or ids.dtype != np.int64 or (ids.size and (
+                ids[0] < 0 or (np.diff(ids) <= 0).any())) or not isinstance(next_id, int) \
+                or not (int(ids[-1]) + 1 if ids.size else 0) <= next_id < 2**62:
+            raise CorruptIndexError(f"{path}: its id set is not sorted, unique, non-negative ids")
+        idx._idset = IdSet(ids.copy(), next_id)
         idx._is_trained = header["trained"]
         idx._set_state(header["meta"], arrays)
     except CorruptIndexError:

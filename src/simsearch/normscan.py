@@ -27,7 +27,16 @@ import numpy as np
 from ._kernels import heap_finish, heap_push_block, scan_norm_lists, scan_norm_lists_parallel
 from ._lists import assign, rank, train_centroids
 from ._numba_util import kernel_threads
-from .index import Index, SearchResult, as_matrix, check_int, check_k, check_threads, register
+from .index import (
+    Index,
+    SearchResult,
+    as_matrix,
+    check_int,
+    check_k,
+    check_restored,
+    check_threads,
+    register,
+)
 
 _EVERY_ITEM = np.empty(0, np.uint8)  # no filter: the kernels' empty mask
 _TAIL_MIN = 4096  # the tail merges past max(_TAIL_MIN, sorted items / 8)
@@ -267,7 +276,12 @@ class NormScanIndex(Index):
         return {}, {"x": self._x, "ids": self._ids, "tail_x": tx, "tail_ids": tids}
 
     def _set_state(self, meta, arrays):
-        self._store(np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64))
+        x, ids = np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64)
+        tx, tids = (x[:0], ids[:0]) if "tail_ids" not in arrays else \
+            (np.array(arrays["tail_x"], np.float32), np.array(arrays["tail_ids"], np.int64))
+        check_restored(self._idset.sorted, np.concatenate([ids, tids]),
+                       np.concatenate([x, tx]) if x.ndim == tx.ndim == 2 else x, self.dim)
+        self._store(x, ids)
         if "tail_ids" in arrays:
             self._tail.append(np.array(arrays["tail_x"], np.float32), arrays["tail_ids"])
 
@@ -422,6 +436,18 @@ class NormIVFIndex(Index):
 
     def _set_state(self, meta, arrays):
         self._centroids = np.array(arrays["centroids"], np.float32)
+        x, ids = np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64)
+        lists = np.array(arrays["lists"], np.int64)
+        tx, tids, tl = (np.array(arrays["tail_x"], np.float32),
+                        np.array(arrays["tail_ids"], np.int64),
+                        np.array(arrays["tail_lists"], np.int64)) if "tail_ids" in arrays \
+            else (x[:0], ids[:0], lists[:0])
+        check_restored(self._idset.sorted, np.concatenate([ids, tids]),
+                       np.concatenate([x, tx]) if x.ndim == tx.ndim == 2 else x, self.dim)
+        every = np.concatenate([lists, tl])
+        if self._centroids.shape != (self.n_lists, self.dim) or every.shape != (len(self),) or \
+                (every.size and (every.min() < 0 or every.max() >= self.n_lists)):
+            raise ValueError("stored lists do not match the index's inverted lists")
         self._store(np.array(arrays["x"], np.float32), np.array(arrays["ids"], np.int64),
                     np.array(arrays["lists"], np.int64))
         if "tail_ids" in arrays:

@@ -15,11 +15,11 @@ import hnswlib
 import numpy as np
 
 from .. import _simd
+from .._hnswlib import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
 from .._numba_util import available_cpus, kernel_width
 from ..errors import InvalidParameterError
 from ..filters import BeamFilterHooks
-from ..hnsw import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
-from ..index import Index, SearchResult, check_int, check_threads, register
+from ..index import Index, SearchResult, check_int, check_restored, check_threads, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -422,6 +422,9 @@ class IPNSWPlus(BeamFilterHooks, Index):
         n = x.shape[0]
         links = np.array(arrays["links"], np.int32)
         degree = np.array(arrays["degree"], np.int32)
+        if x.shape != (n, self.dim) or arrays["live"].dtype != np.bool_:
+            raise ValueError("stored vectors do not match the index's dimension")
+        check_restored(self._idset.sorted, np.asarray(arrays["pos_ids"])[arrays["live"]])
         if (links.shape != (n, 2 * self._params["M"]) or degree.shape != (n,)
                 or arrays["pos_ids"].shape != (n,) or arrays["live"].shape != (n,)
                 or (n and (degree.min() < 0 or degree.max() > links.shape[1]))):  # fmt: skip
@@ -430,10 +433,12 @@ class IPNSWPlus(BeamFilterHooks, Index):
         if n and (links[valid].min(initial=0) < 0 or links[valid].max(initial=0) >= n):
             raise ValueError("inner-product graph links out of range")
         if "angular" in arrays:  # a file from before hnswlib's state was kept as arrays
-            h = hnswlib_from_saved(arrays["angular"], "cosine", self.dim, int(meta["capacity"]))
+            h = hnswlib_from_saved(arrays["angular"], "cosine", self.dim, int(meta["capacity"]),
+                                   positional_labels=True)
         else:
             h = hnswlib_from_state(meta["angular"], {k[8:]: v for k, v in arrays.items()
-                                                     if k.startswith("angular.")})
+                                                     if k.startswith("angular.")},
+                                   positional_labels=True)
         if h.space != "cosine" or h.dim != self.dim:
             raise ValueError("the angular graph's space or dim does not match the index")
         if h.get_current_count() != n:

@@ -50,7 +50,7 @@ import numpy as np
 
 from .._numba_util import kernel_threads
 from ..errors import InvalidParameterError
-from ..index import Index, SearchResult, check_int, check_threads, register
+from ..index import Index, SearchResult, check_int, check_restored, check_threads, register
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -277,6 +277,13 @@ class _RangedLSH(Index):
         rng = np.array(arrays["rng"], np.int32)
         if rng.size and (rng.min() < 0 or rng.max() >= self.n_ranges):
             raise InvalidParameterError("saved range ids out of bounds")
+        ids = np.array(arrays["ids"], np.int64)
+        check_restored(self._idset.sorted, ids, x, self.dim)
+        m = self.n_ranges
+        if rng.shape != ids.shape or arrays["codes"].shape != ids.shape or \
+                arrays["U"].shape != (m,) or arrays["edges"].shape != (m - 1,) or \
+                not 0 <= int(meta["n_partitioned"]) <= 2**62:
+            raise InvalidParameterError("saved buckets do not match the index parameters")
         self._publish(
             x, np.array(arrays["ids"], np.int64), np.linalg.norm(x, axis=1).astype(np.float32),
             rng, np.array(arrays["codes"], np.uint64), np.array(arrays["U"], np.float64),

@@ -75,6 +75,41 @@ def _restore_part(data: np.ndarray, cls: type, what: str) -> Index:
     return idx
 
 
+def _check_router_arrays(idx: PyramidIndex, meta: dict, arrays: dict) -> None:
+    """ValueError unless a restored router is consistent: shapes from the parameters, parts in
+    range, every held id homed once, lists and copies naming held ids (a crafted file must
+    not send a search or a write out of bounds)."""
+    c, w, ids = idx._params["n_centers"], idx.n_parts, idx.ids()
+    centres, poc = arrays["centres"], arrays["part_of_centre"]
+    if centres.shape != (c, idx.dim) or centres.dtype != np.float32 or poc.shape != (c,) \
+            or poc.dtype.kind not in "iu" or (c and (poc.min() < 0 or poc.max() >= w)):
+        raise ValueError("router centres or their parts do not match the parameters")
+    if len(idx.meta) != c or not np.array_equal(idx.meta.ids(), np.arange(c)):
+        raise ValueError("the meta-HNSW does not index the centres")
+    shape = meta.get("topr_shape")
+    r = idx._params["mips_replicas"] if idx.uses_mips_copies else 0
+    if shape != [c, r] or arrays["topr_ids"].size != c * r or arrays["topr_scores"].size != c * r:
+        raise ValueError("router MIPS lists do not match the parameters")
+    topr = arrays["topr_ids"]
+    listed = topr[topr >= 0]
+    if (topr < -1).any() or not np.isin(listed, ids).all():
+        raise ValueError("router MIPS lists name ids the index does not hold")
+    hid, hp = arrays["home_ids"], arrays["home_parts"]
+    if hid.shape != hp.shape or not np.array_equal(np.sort(hid), ids) or \
+            (hp.size and (hp.min() < 0 or hp.max() >= w)):
+        raise ValueError("router homes do not place every held id once in a part")
+    copies = arrays["copies"]
+    if copies.size % 2:
+        raise ValueError("router copies are not (id, part) pairs")
+    pairs = copies.reshape(-1, 2)
+    if pairs.size and (not np.isin(pairs[:, 0], ids).all() or pairs[:, 1].min() < 0
+                       or pairs[:, 1].max() >= w):
+        raise ValueError("router copies name ids it does not hold or parts it does not have")
+    if "part_seq" in arrays and (arrays["part_seq"].shape != (w,)
+                                 or arrays["part_history"].size % (4 * w)):
+        raise ValueError("router part sequences do not match the parts")
+
+
 def undirected_csr(nbrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A directed neighbour table (n, deg), -1 padded, as an undirected simple graph in CSR form
     (xadj (n+1,), adjncy), both directions stored, no self-loops or repeated edges."""
@@ -761,6 +796,7 @@ class PyramidIndex(Index):
             raise ValueError("a Pyramid file from before its parts were kept as index files: "
                              "export it again with the simsearch that wrote it")
         self.meta = _restore_part(arrays["meta_index"], HNSWIndex, "the meta-HNSW")
+        _check_router_arrays(self, meta, arrays)
         self._set_model(arrays["centres"].copy(), arrays["part_of_centre"].copy())
         shape = tuple(meta["topr_shape"])
         self._topr_ids = arrays["topr_ids"].reshape(shape).copy()
@@ -771,10 +807,21 @@ class PyramidIndex(Index):
             self._copies.setdefault(i, set()).add(p)
         self._counts = self.part_sizes()
         if "part_seq" in arrays:  # files from before fenced part writes start at 0
-            self.part_seq = arrays["part_seq"].copy()
-            self.part_history = arrays["part_history"].reshape(self.n_parts, -1, 4).copy()
+            self.part_seq = arrays["part_seq"].astype(np.int64)
+            self.part_history = arrays["part_history"].reshape(self.n_parts, -1, 4).astype(
+                np.int64)
         self._rebuild_refs()
         if meta.get("remote") or self.parts_factory is not None:
             return
         self.parts = [_restore_part(arrays[f"part{j}"], Index, f"part {j}")
                       for j in range(self.n_parts)]
+        members: list[list[int]] = [[] for _ in range(self.n_parts)]
+        for i, p in self._home.items():
+            members[p].append(i)
+        for i, ps in self._copies.items():
+            for p in ps:
+                members[p].append(i)
+        for j, part in enumerate(self.parts):  # each part holds exactly what the router says
+            if part.dim != self.dim or part.metric != self.metric or not np.array_equal(
+                    part.ids(), np.unique(np.asarray(members[j], np.int64))):
+                raise ValueError(f"part {j} does not hold the items the router places there")
