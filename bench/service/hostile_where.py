@@ -113,7 +113,8 @@ def main() -> int:
         took = np.asarray([s for _, s in outcomes]) * 1e3
         rows.append({
             "limits": name,
-            "quiet p50 / p99 ms": f"{np.percentile(quiet, 50):.2f} / {np.percentile(quiet, 99):.2f}",
+            "quiet p50 / p99 ms": f"{np.percentile(quiet, 50):.2f} / "
+                                  f"{np.percentile(quiet, 99):.2f}",
             "hostile p50 / p99 ms": f"{np.percentile(loaded, 50):.2f} / "
                                     f"{np.percentile(loaded, 99):.2f}",
             "p99 ratio": round(float(np.percentile(loaded, 99) / np.percentile(quiet, 99)), 2),
