@@ -6,8 +6,8 @@
 Starts a node with a flat collection of ``--n`` items (dim 64) and an int attribute, then for
 each configuration (the default limits, and limits raised so the filter is parsed and evaluated
 until the call's deadline) measures one client's batch-1 plain searches: first on a quiet node,
-then while another client sends a ``where`` of ``--clauses`` ``$or`` clauses again and again
-with a ``--deadline``. Prints per configuration the plain searches' p50 / p99 in both phases
+then while another client sends a ``where`` of ``--clauses`` ``$or`` clauses (about 4 MB of
+JSON at 200,000) with a ``--deadline``, back to back or every ``--interval`` seconds. Prints per configuration the plain searches' p50 / p99 in both phases
 and how the hostile calls ended (status, time to the answer).
 """
 
@@ -58,8 +58,8 @@ def plain_latencies(address: str, q: np.ndarray, seconds: float) -> np.ndarray:
     return np.asarray(out) * 1e3
 
 
-def hostile_loop(address: str, where_json: str, deadline: float, stop: threading.Event,
-                 outcomes: list) -> None:
+def hostile_loop(address: str, where_json: str, deadline: float, interval: float,
+                 stop: threading.Event, outcomes: list) -> None:
     stub = pb_grpc.SimSearchStub(grpc.insecure_channel(
         address, options=[("grpc.max_send_message_length", -1)]))
     req = pb.SearchRequest(collection="c", k=10, where_json=where_json, queries=pb.Matrix(
@@ -72,6 +72,7 @@ def hostile_loop(address: str, where_json: str, deadline: float, stop: threading
         except grpc.RpcError as err:
             code = err.code().name
         outcomes.append((code, time.perf_counter() - t0))
+        stop.wait(max(0.0, interval - (time.perf_counter() - t0)))
 
 
 def main() -> int:
@@ -80,6 +81,8 @@ def main() -> int:
     p.add_argument("--clauses", type=int, default=200_000)
     p.add_argument("--seconds", type=float, default=6.0)
     p.add_argument("--deadline", type=float, default=2.0)
+    p.add_argument("--interval", type=float, default=0.0,
+                   help="seconds from one hostile call's start to the next (0: back to back)")
     a = p.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((a.n, DIM)).astype(np.float32)
@@ -100,7 +103,8 @@ def main() -> int:
                 quiet = plain_latencies(address, q, a.seconds)
                 stop, outcomes = threading.Event(), []
                 t = threading.Thread(target=hostile_loop,
-                                     args=(address, where, a.deadline, stop, outcomes))
+                                     args=(address, where, a.deadline, a.interval, stop,
+                                           outcomes))
                 t.start()
                 time.sleep(0.5)
                 loaded = plain_latencies(address, q, a.seconds)
@@ -123,7 +127,7 @@ def main() -> int:
             "hostile answer ms (max)": round(float(took.max()), 1) if took.size else None,
         })
         print(rows[-1], flush=True)
-    print(markdown_table(rows))
+    print(markdown_table(rows, list(rows[0])))
     return 0
 
 
