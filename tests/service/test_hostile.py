@@ -2,7 +2,10 @@
 (docs/service.md, "Limits" and "Durability").
 
 Each test names the defect it was written against and how that defect showed on the code
-before these changes (2026-11-27)."""
+before these changes (2026-11-27). Each of the log, snapshot, visibility and import tests was
+also seen failing with its defect put back into the new code: the snapshot re-logging no
+prepared ops, a header checksum failure read as a torn tail, a write applied before its append,
+and the import swap's intent file written after the first fault point."""
 
 from __future__ import annotations
 
