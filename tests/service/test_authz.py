@@ -151,6 +151,11 @@ def test_read_only_token_cannot_plant_part_writes(server_factory, tmp_path):
         cl.part_prepare("docs", 1, 1, [planted])
     with pytest.raises(PermissionDeniedError):  # nor can read-write create one
         rw.create_collection("part", DIM, "ip", "flat", part_replica=True)
+    config, data = rw.export_collection("docs")
+    with pytest.raises(PermissionDeniedError):  # or import one (a replica's fencing state)
+        rw.import_collection("docs2", {**config, "part_state": {"term": 10**12, "attempt": 1,
+                                                                "applied": 0}}, data)
+    rw.import_collection("docs2", config, data)  # a plain restore is read-write's to make
     col.add(np.ones((1, DIM)), ids=[5])  # the owner still writes
     assert 77 not in col.search(np.full((1, DIM), 9.0), 5).ids
     # a part created as one takes part writes only

@@ -291,7 +291,8 @@ def _apply_part_op(index: Index, op: PartOp, attrs: AttributeTable) -> None:
         return
     try:
         checked = attrs.check(op.attributes, op.ids.size)
-    except InvalidAttributeError as exc:  # a type an op prepared before this one fixed
+    except (InvalidAttributeError, ResourceExhaustedError) as exc:  # a type or a column an op
+        # prepared before this one fixed: the op's vectors are committed, so they are applied
         log.warning("part op %d: attributes dropped (%s); declare a schema", op.pseq, exc)
         checked = {}
     _upsert(index, op.x, op.ids, attrs, checked)
@@ -564,7 +565,7 @@ class Collection:
             return
         try:
             self._snapshot_locked()
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the write it follows stands whatever happens
             self._snapshot_retry_at = time.monotonic() + SNAPSHOT_RETRY_SECONDS
             log.warning("collection %s: snapshot failed (%s); the log keeps every write, "
                         "retrying in %d s", self.name, exc, SNAPSHOT_RETRY_SECONDS)
@@ -658,21 +659,24 @@ class Collection:
 
     # -- fenced part writes (fenced.py, docs/cluster.md "Writes") ------------------------------
 
-    def _prepare_record(self, index: Index, term: int, attempt: int, ops: list[PartOp]
-                        ) -> tuple[dict, tuple[bytes, ...]]:
-        """A prepare's log record, its ops checked."""
+    def _prepare_record(self, index: Index, term: int, attempt: int, ops: list[PartOp],
+                        check: bool = True) -> tuple[dict, tuple[bytes, ...]]:
+        """A prepare's log record, its ops checked (``check=False``: ops checked when they
+        were prepared, logged again by a snapshot)."""
         meta, blobs = [], []
         for op in ops:
-            _check_unique(op.ids, "ids of a part op must be unique")
             entry = {"pseq": int(op.pseq), "remove": bool(op.remove)}
+            if check:
+                _check_unique(op.ids, "ids of a part op must be unique")
             if not op.remove:
-                x = self.items.check(index, op.x)
+                x = self.items.check(index, op.x) if check else op.x
                 if self.items.count(x) != op.ids.size:
                     raise InvalidIdError(f"a part op has {op.ids.size} ids for "
                                          f"{self.items.count(x)} vectors")
                 blobs.append(self.items.to_bytes(x))
                 if op.attributes:
-                    self.attrs.check(op.attributes, op.ids.size)
+                    if check:
+                        self.attrs.check(op.attributes, op.ids.size)
                     entry["attributes"] = op.attributes
             meta.append(entry)
             blobs.append(np.ascontiguousarray(op.ids, np.int64).tobytes())
@@ -774,8 +778,8 @@ class Collection:
                 state = json.dumps(self.fenced.to_json()).encode()
                 atomic_write(self.path / f"part-{g}.json", lambda f: f.write(state))
                 for (term, attempt), ops in self.fenced.pending().items():
-                    new_wal.append(walmod.OP_PART_PREPARE,
-                                   *self._prepare_record(self.index, term, attempt, ops))
+                    new_wal.append(walmod.OP_PART_PREPARE, *self._prepare_record(
+                        self.index, term, attempt, ops, check=False))
             with self._rw.read():  # searches go on; writes are held by the writer lock
                 self.attrs.save(self.path / f"attrs-{g}.bin")
                 self.index.save(self.path / f"snapshot-{g}.idx")
