@@ -91,6 +91,18 @@ def _zeros(buf: memoryview) -> bool:
     return not any(buf)
 
 
+def _record_or_tail(buf: memoryview, pos: int, start: int, end: int, crc: int
+                    ) -> Record | None:
+    """The record at ``pos`` (payload ``buf[start:end]``); None when it fails its checks and
+    nothing but zeros follows (a write torn by a crash); WalCorruptError when more data does."""
+    rec = _decoded(buf[start:end], crc)
+    if rec is None and not _zeros(buf[end:]):
+        raise WalCorruptError(
+            f"write-ahead log record at offset {pos} failed its checksum and is followed by "
+            f"{len(buf) - end} more bytes")
+    return rec
+
+
 def scan(buf: bytes | memoryview) -> tuple[list[Record], int, bool]:
     """Parse the records of a log image. Returns (records, end of the last whole record, torn)
     where ``torn`` says a torn or zero-filled tail follows them. Raises WalCorruptError on
@@ -116,13 +128,9 @@ def scan(buf: bytes | memoryview) -> tuple[list[Record], int, bool]:
         end = pos + _HEAD.size + length
         if end > size:  # a whole header, a partial payload: the write did not finish
             return records, pos, True
-        rec = _decoded(buf[pos + _HEAD.size : end], crc)
+        rec = _record_or_tail(buf, pos, pos + _HEAD.size, end, crc)
         if rec is None:
-            if _zeros(buf[end:]):  # the last record: a write torn by a crash
-                return records, pos, True
-            raise WalCorruptError(
-                f"write-ahead log record at offset {pos} failed its checksum and is followed by "
-                f"{size - end} more bytes")
+            return records, pos, True
         records.append(rec)
         pos = end
     return records, pos, False
@@ -139,13 +147,9 @@ def _scan_legacy(buf: memoryview) -> tuple[list[Record], int, bool]:
         end = pos + _LEGACY_HEAD.size + length
         if end > size:
             return records, pos, True
-        rec = _decoded(buf[pos + _LEGACY_HEAD.size : end], crc)
+        rec = _record_or_tail(buf, pos, pos + _LEGACY_HEAD.size, end, crc)
         if rec is None:
-            if end == size or _zeros(buf[end:]):
-                return records, pos, True
-            raise WalCorruptError(
-                f"write-ahead log record at offset {pos} failed its checksum and is followed by "
-                f"{size - end} more bytes")
+            return records, pos, True
         records.append(rec)
         pos = end
     return records, pos, False
