@@ -246,3 +246,39 @@ def test_store_search_with_per_query_params(data, tmp_path):
         col.search(queries, K, {"per_query": {"ef": efs[:3]}})
     with pytest.raises(InvalidParameterError, match="both per query"):
         col.search(queries, K, {"per_query": {"ef": efs}, "ef": 10})
+
+
+
+def test_copies_a_lock_free_search_reads_are_replaced_whole(data):
+    """The defect (issue 33): a coordinator's router searches without a lock while the leader's
+    log is replayed into it, and ``_commit_add`` changed the MIPS copies' sets in place, so a
+    filtered search iterating one (``_allowed_per_part``) could raise "Set changed size during
+    iteration". Here an iteration is held open across a replayed write that changes that id's
+    copies, deterministically; on the code before it raised exactly that RuntimeError."""
+    base, _ = data
+    leader = make("ip")
+    leader.train(base)
+    leader.journal = []
+    leader.add(base[:1500])
+    follower = make("ip")
+    follower.train(base)
+    follower.apply_journal(leader.journal)
+    rng = np.random.default_rng(3)
+    changed = 0
+    for _ in range(40):  # writes whose decisions add and drop MIPS copies
+        leader.journal = []
+        ids = rng.choice(np.arange(1500, N), 20, replace=False)
+        ids = ids[~leader.contains(ids)]
+        leader.add(base[ids] * rng.uniform(0.5, 3.0), ids=ids)
+        for rec in leader.journal:
+            touched = [int(i) for _, i in np.asarray(rec["copy_drop"]).tolist()
+                       + np.asarray(rec["copy_add"]).tolist()
+                       if follower._copies.get(int(i))]
+            open_iters = [(i, iter(follower._copies[i])) for i in touched]
+            for _, it in open_iters:
+                next(it)
+            follower.apply_journal([rec])
+            for _, it in open_iters:  # a search in the middle of these sets reads on
+                list(it)
+            changed += len(touched)
+    assert changed > 0  # the replayed writes did change copies a search was reading

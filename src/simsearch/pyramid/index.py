@@ -258,7 +258,9 @@ class PyramidIndex(Index):
         self.parts: list[Searchable] = []
         self.parts_factory: PartsFactory | None = None  # None: local sub-indexes
         self._home: dict[int, int] = {}  # id -> part of its nearest centre
-        self._copies: dict[int, set[int]] = {}  # id -> parts holding a MIPS copy
+        #: id -> parts holding a MIPS copy; each set is replaced whole, never changed in place,
+        #: so a lock-free search iterating one reads it from start to end
+        self._copies: dict[int, frozenset[int]] = {}
         self._topr_ids: np.ndarray | None = None  # (m, r) MIPS lists, -1 padded
         self._topr_scores: np.ndarray | None = None
         self._search_many: Callable | None = None  # remote parts' fan-out (PartsFactory)
@@ -477,13 +479,14 @@ class PyramidIndex(Index):
         counts = self._counts + np.bincount(home, minlength=self.n_parts)
         for p, i in rec["copy_add"].tolist():
             counts[p] += 1
-            self._copies.setdefault(i, set()).add(p)
+            self._copies[i] = self._copies.get(i, frozenset()) | {p}
         for p, i in rec["copy_drop"].tolist():
             counts[p] -= 1
             s = self._copies.get(i)
             if s is not None:
-                s.discard(p)
-                if not s:
+                if s - {p}:
+                    self._copies[i] = s - {p}
+                else:
                     del self._copies[i]
         self._counts = counts  # replaced whole: a lock-free search reads one or the other
         if "topr_rows" in rec:
@@ -804,7 +807,7 @@ class PyramidIndex(Index):
         self._home = dict(zip(arrays["home_ids"].tolist(), arrays["home_parts"].tolist(),
                               strict=True))
         for i, p in arrays["copies"].reshape(-1, 2).tolist():
-            self._copies.setdefault(i, set()).add(p)
+            self._copies[i] = self._copies.get(i, frozenset()) | {p}
         self._counts = self.part_sizes()
         if "part_seq" in arrays:  # files from before fenced part writes start at 0
             self.part_seq = arrays["part_seq"].astype(np.int64)
