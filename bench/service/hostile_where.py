@@ -7,8 +7,9 @@ Starts a node with a flat collection of ``--n`` items (dim 64) and an int attrib
 each configuration (the default limits, and limits raised so the filter is parsed and evaluated
 until the call's deadline) measures one client's batch-1 plain searches: first on a quiet node,
 then while another client sends a ``where`` of ``--clauses`` ``$or`` clauses (about 4 MB of
-JSON at 200,000) with a ``--deadline``, back to back or every ``--interval`` seconds. Prints per configuration the plain searches' p50 / p99 in both phases
-and how the hostile calls ended (status, time to the answer).
+JSON at 200,000) with a ``--deadline``, back to back or every ``--interval`` seconds. Prints
+per configuration the plain searches' p50 / p99 in both phases and how the hostile calls ended
+(status, time to the answer).
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``cluster up | add-shard | drain | status | shard | coordinator``."""
     from ..service.server import add_serve_arguments
     from . import launcher
-    from .coordinator import REPLACE_AFTER, run_coordinator
+    from .control.etcd_server import DEFAULT_QUOTA_BYTES
+    from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER, run_coordinator
     from .shardnode import run_shard
 
     p = subparsers.add_parser("cluster", help="a Pyramid cluster: shards, coordinators, etcd")
@@ -59,6 +60,10 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     up.add_argument("--restart-delay", type=float, default=1.0)
     up.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
                     help="the coordinators' --replace-after")
+    up.add_argument("--checkpoint-log-bytes", type=int, default=CHECKPOINT_LOG_BYTES,
+                    help="the coordinators' --checkpoint-log-bytes")
+    up.add_argument("--etcd-quota-bytes", type=int, default=DEFAULT_QUOTA_BYTES,
+                    help="the embedded etcd's --quota-backend-bytes (with --etcd: not used)")
     up.add_argument("--tokens-file",
                     help="bearer tokens for every member (docs/service.md, \"Security model\"); "
                          "its first 'cluster' token is what coordinators send to shards")
@@ -99,6 +104,10 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     co.add_argument("--replace-after", type=float, default=REPLACE_AFTER,
                     help="seconds a shard may stay unregistered before the leader re-makes its "
                          f"replicas elsewhere (default {REPLACE_AFTER:g})")
+    co.add_argument("--checkpoint-log-bytes", type=int, default=CHECKPOINT_LOG_BYTES,
+                    help="checkpoint a router once this many bytes of log records follow its "
+                         "last checkpoint (then etcd is compacted; keep it well below etcd's "
+                         f"quota; default {CHECKPOINT_LOG_BYTES})")
     co.add_argument("--shard-token-file",
                     help="a file holding the token for shards (role 'cluster' in their tokens "
                          "file, docs/service.md \"Security model\")")

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 #: router log records between two router checkpoints (a checkpoint bounds replay at take-over)
 CHECKPOINT_EVERY = 200
+#: and at most this many bytes of log records between two (etcd keeps the history of every
+#: record until the checkpoint after it lets the leader compact; docs/cluster.md, "Long runs")
+CHECKPOINT_LOG_BYTES = 32 << 20
 #: a shard unregistered this long has its replicas re-made elsewhere (the replication factor)
 REPLACE_AFTER = 30.0
 #: how often the leader looks for replica moves
@@ -80,6 +83,7 @@ class ClusterCollection:
         self.router = None
         self.applied = 0
         self.checkpoint_seq = 0
+        self.log_bytes = 0  # log record bytes appended since the last checkpoint
         self.write_lock = threading.RLock()  # the leader's writes, and log replay, one at a time
         self._checkpointing = False
 
@@ -172,11 +176,15 @@ class ClusterCollection:
                                      "no longer the leader; retry")
             else:
                 self.router.apply_journal(seqs)
+                self.log_bytes += len(data)
+                coord.log_bytes += len(data)
             self.applied = seq
         except (CoordinationError, SimsearchError):
             self.router = None
             raise
-        if self.applied - self.checkpoint_seq >= CHECKPOINT_EVERY and not self._checkpointing:
+        due = self.applied - self.checkpoint_seq >= CHECKPOINT_EVERY or \
+            self.log_bytes >= coord.checkpoint_log_bytes
+        if due and not self._checkpointing:
             self._checkpointing = True
             threading.Thread(target=self._background_checkpoint, daemon=True).start()
 
@@ -219,7 +227,9 @@ class ClusterCollection:
                               {key: json.dumps(meta)}):
             raise NotLeaderError("router checkpoint refused: no longer the leader")
         self.checkpoint_seq = max(self.checkpoint_seq, seq)
+        self.log_bytes = 0
         coord.etcd.delete_range(f"log/{self.name}/", _log_key(self.name, seq + 1))
+        coord.compact()
         if old:
             for sid in old["holders"]:
                 with contextlib.suppress(Exception):
@@ -467,7 +477,8 @@ class Coordinator:
 
     def __init__(self, etcd: Etcd, lease_ttl: float = 3.0, replicas: int = 2,
                  pool_options: dict | None = None, replace_after: float = REPLACE_AFTER,
-                 leader_tls_ca: str | None = None):
+                 leader_tls_ca: str | None = None,
+                 checkpoint_log_bytes: int = CHECKPOINT_LOG_BYTES):
         """Reads the cluster state at once; ``start(address)`` joins the election once the
         server is bound (its address is the candidate's name). ``leader_tls_ca``: the CA of the
         coordinators' certificates (a follower forwards writes to its leader over TLS)."""
@@ -477,6 +488,9 @@ class Coordinator:
 
         self._connect = partial(connect, tls_ca=leader_tls_ca)
         self.etcd = etcd
+        self.checkpoint_log_bytes = checkpoint_log_bytes
+        self.log_bytes = 0  # router log bytes this coordinator appended as leader
+        self.compactions = 0
         self.lease_ttl = lease_ttl
         self.replace_after = replace_after
         self.address: str | None = None
@@ -520,6 +534,16 @@ class Coordinator:
         return self
 
     # -- roles ------------------------------------------------------------------------------
+
+    def compact(self) -> None:
+        """Compact etcd's history up to now (after a router checkpoint deleted the log records
+        it covers), as kube-apiserver compacts its etcd: the database then stays the size of
+        the live keys plus what is written between two checkpoints."""
+        try:
+            if self.etcd.compact(self.etcd.revision()):
+                self.compactions += 1
+        except CoordinationError as exc:  # auto-compaction is the safety net; try next time
+            log.warning("etcd compaction failed: %s", exc)
 
     def is_leader(self) -> bool:
         return self.election is not None and self.election.is_leader()
@@ -700,6 +724,12 @@ class Coordinator:
         fanout.add_metric([], float(pool.query_parts))
         hedges = CounterMetricFamily("simsearch_pyramid_hedges", "hedged part calls sent")
         hedges.add_metric([], float(pool.hedges))
+        log_bytes = CounterMetricFamily("simsearch_pyramid_router_log_bytes",
+                                        "router log bytes this coordinator wrote to etcd as leader")
+        log_bytes.add_metric([], float(self.log_bytes))
+        compactions = CounterMetricFamily("simsearch_pyramid_etcd_compactions",
+                                          "etcd compactions after router checkpoints")
+        compactions.add_metric([], float(self.compactions))
         stale = GaugeMetricFamily("simsearch_pyramid_replicas_out_of_sync",
                                   "part replicas not in sync (no reads until re-copied)",
                                   labels=["collection"])
@@ -711,7 +741,7 @@ class Coordinator:
                                 "p95 of a part's recent calls (its hedge delay)", labels=["part"])
         for part in sorted(pool.parts):
             p95.add_metric([part], pool.hedge_delay(part))
-        yield from (leader, up, queries, fanout, hedges, stale, p95)
+        yield from (leader, up, queries, fanout, hedges, log_bytes, compactions, stale, p95)
 
     def import_collection(self, name: str, config: dict, data: bytes):
         raise InvalidParameterError(
@@ -906,6 +936,7 @@ def run_coordinator(args) -> int:
                         replace_after=args.replace_after,
                         leader_tls_ca=getattr(args, "cluster_tls_ca", None) or args.shard_tls_ca
                         or args.tls_cert,
+                        checkpoint_log_bytes=args.checkpoint_log_bytes,
                         pool_options={"health_interval": args.health_interval, "token": token,
                                       "tls_ca": args.shard_tls_ca})
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from .._durable import atomic_write
 from ..errors import SimsearchError
 from .control.etcd import tls_from_args
-from .control.etcd_server import embedded_is_safe, tls_argv
+from .control.etcd_server import DEFAULT_QUOTA_BYTES, embedded_is_safe, tls_argv
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ class _Supervisor:
         return [*base, "coordinator", *self._common(role), "--port", str(port),
                 "--replicas", str(self.args.replicas), "--workers", "16",
                 "--replace-after", str(self.args.replace_after),
+                *(["--checkpoint-log-bytes", str(self.args.checkpoint_log_bytes)]
+                  if getattr(self.args, "checkpoint_log_bytes", None) else []),
                 *(["--shard-token-file", str(self.d / "shard-token")]
                   if getattr(self.args, "tokens_file", None) else []),
                 *(["--metrics-port", "0"] if self.args.metrics else [])]
@@ -160,7 +162,9 @@ def run_up(args: argparse.Namespace) -> int:
     if args.etcd:
         url = args.etcd
     else:
-        local_etcd = LocalEtcd(str(d / "etcd")).start()
+        local_etcd = LocalEtcd(str(d / "etcd"),
+                               quota_bytes=getattr(args, "etcd_quota_bytes", None)
+                               or DEFAULT_QUOTA_BYTES).start()
         url = local_etcd.url
     etcd = Etcd(url, f"simsearch/{args.cluster}", tls=tls_from_args(args))
     sup = _Supervisor(args, d, url, local_etcd.pid if local_etcd else None)

@@ -282,6 +282,26 @@ class Etcd:
         out = {self.rel(kv.key): (bytes(kv.value), int(kv.mod_revision)) for kv in resp.kvs}
         return out, int(resp.header.revision)
 
+    def revision(self) -> int:
+        """The store's current revision."""
+        return self.get_prefix_rev("\0")[1]  # a range that holds no key: just the header
+
+    def db_size(self) -> int:
+        """Bytes of the answering member's database file (what its quota limits)."""
+        return int(self._call("status", self._client.status).db_size)
+
+    def compact(self, revision: int) -> bool:
+        """Drop the history before ``revision`` (current values stay; watchers behind it are
+        told and re-list), so etcd's database stops growing with every write; False when etcd
+        had compacted that far already."""
+        try:
+            self._call(f"compact {revision}", self._client.compact, revision, retry=False)
+        except CoordinationError as exc:
+            if "compacted" in str(exc):
+                return False
+            raise
+        return True
+
     def get_prefix(self, sub: str = "") -> dict[str, tuple[bytes, int]]:
         """``{key relative to the client's prefix: (value, mod_revision)}`` under ``sub``."""
         return self.get_prefix_rev(sub)[0]

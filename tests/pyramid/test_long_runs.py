@@ -1,0 +1,76 @@
+"""A cluster that lives long (docs/cluster.md, "Long runs"): etcd never fills.
+
+The defect (issue 33): nothing compacted etcd's history, and a router checkpoint came only every
+200 log records whatever their size. An etcd started with a 32 MiB quota answered "database space
+exceeded" after 1,313 upserts, and every write and search failed from then on. Run against the
+code before these changes (compaction and the byte trigger taken out), this test failed the same
+way: its etcd of a 2 MiB quota refused the load's writes once about 2 MiB of log had been
+written.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+
+import numpy as np
+import pytest
+
+import simsearch as ss
+
+pytest.importorskip("grpc")
+
+from simsearch.pyramid.control.etcd import Etcd  # noqa: E402
+from simsearch.pyramid.control.etcd_server import LocalEtcd, embedded_is_safe  # noqa: E402
+from simsearch.pyramid.launcher import LocalCluster  # noqa: E402
+
+DIM = 8
+QUOTA = 2 << 20
+CHECKPOINT_BYTES = 256 << 10
+PARAMS = dict(n_centers=16, n_partitions=2, sub_index="flat")
+
+
+def _metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the metrics")
+
+
+def test_etcd_never_fills_under_a_long_upsert_load(tmp_path):
+    etcd = LocalEtcd(str(tmp_path / "etcd"), quota_bytes=QUOTA).start()
+    try:
+        extra = [] if embedded_is_safe() else ["--allow-unsafe-etcd"]
+        with LocalCluster(tmp_path / "cl", 2, 2, "--etcd", etcd.url, "--no-restart",
+                          "--metrics", "--checkpoint-log-bytes", str(CHECKPOINT_BYTES),
+                          *extra) as cl, \
+                Etcd(etcd.url, "probe") as probe, ss.connect(cl.coordinator, timeout=60) as c:
+            port = next(i["metrics_port"] for i in cl.up["processes"].values()
+                        if i.get("address") == cl.coordinator)
+            rng = np.random.default_rng(0)
+            pool = rng.choice(10**9, 40_000, replace=False)
+            col = c.create_collection("docs", DIM, "l2", "pyramid", **PARAMS)
+            col.train(rng.standard_normal((2000, DIM)).astype(np.float32))
+            writes, sizes = 0, []
+            while _metric(port, "simsearch_pyramid_router_log_bytes_total") < 10 * QUOTA:
+                ids = rng.choice(pool, 4000, replace=False)
+                col.add(rng.standard_normal((4000, DIM)).astype(np.float32), ids=ids,
+                        upsert=True)  # every write must succeed
+                writes += 1
+                if writes % 10 == 0:
+                    sizes.append((_metric(port, "simsearch_pyramid_etcd_compactions_total"),
+                                  probe.db_size()))
+            written = _metric(port, "simsearch_pyramid_router_log_bytes_total")
+            after_first = [s for n, s in sizes if n >= 1]
+            assert after_first, sizes
+            # flat: the database holds the live keys and what two checkpoints apart write
+            assert max(after_first) <= max(2 * after_first[0], QUOTA // 2), sizes
+            assert written >= 10 * QUOTA
+            r = col.search(rng.standard_normal((5, DIM)).astype(np.float32), 10)
+            assert (r.ids >= 0).all()
+            assert len(col) <= len(pool)
+            print(f"{writes} upserts, {written / 2**20:.1f} MiB of router log, etcd database "
+                  f"{after_first[0] / 2**20:.2f} -> {max(after_first) / 2**20:.2f} MiB "
+                  f"(quota {QUOTA >> 20} MiB)")
+    finally:
+        etcd.stop()
