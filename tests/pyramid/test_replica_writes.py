@@ -38,6 +38,23 @@ class StoreClient:
     def import_collection(self, name, config, data):
         return self.store.import_collection(name, config, data)
 
+    def collection(self, name):
+        col = self.store.get(name)  # CollectionNotFoundError as a node's client raises it
+
+        class Handle:
+            def describe(self):
+                return col.describe()
+
+        return Handle()
+
+    def create_collection(self, name, dim, metric, kind, schema=None, *, part_replica=False,
+                          incarnation="", **params):
+        return self.store.create(name, dim, metric, kind, params, schema=schema,
+                                 part_replica=part_replica, incarnation=incarnation)
+
+    def drop_collection(self, name):
+        self.store.drop(name)
+
 
 class Router:
     """What catch_up reads of the router: the committed sequence and the recent commits."""
@@ -74,6 +91,9 @@ class Pool:
 
     def mark_in_sync(self, name, sid):
         self.in_sync_set.add(sid)
+
+    def mark_out_of_sync(self, name, sid):
+        self.in_sync_set.discard(sid)
 
 
 def vec(ids):
@@ -151,3 +171,32 @@ def test_no_current_replica_raises_and_marks_nothing(setup):
     with pytest.raises(Exception, match="no replica has applied"):
         part.catch_up(0)
     assert pool.in_sync_set == set()
+
+
+def test_a_copy_of_a_dropped_incarnation_is_replaced_never_adopted(tmp_path):
+    """The defect (issue 33): a shard paused across the drop of a collection kept its part
+    copies; when the name was re-created, ``ensure`` took CollectionExistsError as success and
+    adopted them, so searches returned the dropped collection's ids (7,274 of them in 90
+    searches) and the part ran one replica short for good. Seen failing on the code before: the
+    stale copy stayed in sync with its 50 old items. Parts now carry the collection's
+    incarnation; a foreign copy is marked out of sync, and catch-up replaces it."""
+    stores = {s: Store(tmp_path / f"shard{s}") for s in (0, 1)}
+    stale = stores[1].create(NAME, DIM, "l2", "flat", {}, part_replica=True, incarnation="old")
+    stale.part_prepare(TERM, 1, [PartOp(1, False, np.arange(1000, 1050), vec(range(1000, 1050)))])
+    stale.part_sync(TERM, (TERM, 1), 1, 1)  # the dropped collection's items
+    pool, router = Pool(stores), Router()
+    config = {"dim": DIM, "metric": "l2", "kind": "flat", "params": {}, "incarnation": "new"}
+    part = RemotePart(pool, NAME, config, router, 0)
+    pool.parts[NAME] = part
+    part.ensure()  # shard 0 gets a new copy; shard 1's is another incarnation's
+    assert pool.in_sync_set == {0}
+    assert stores[0].get(NAME).describe()["incarnation"] == "new"
+    write(part, router, [0], [0], [1, 2], attempt=2)
+    part.catch_up(1)
+    assert pool.in_sync_set == {0, 1}
+    for st in stores.values():
+        col = st.get(NAME)
+        assert col.describe()["incarnation"] == "new"
+        assert sorted(col.index.ids().tolist()) == [1, 2]  # nothing of the dropped one
+    for st in stores.values():
+        st.close()

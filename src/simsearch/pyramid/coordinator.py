@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,7 @@ class ClusterCollection:
         r = PyramidIndex(c["dim"], c["metric"], **c["params"])
         r.part_prefix = self.name
         r.part_schema = c.get("schema")
+        r.part_incarnation = c.get("incarnation", "")
         r.parts_factory = self.coord.pool.make_parts
         return r
 
@@ -113,7 +115,8 @@ class ClusterCollection:
                 f"{self.name}: no shard holding router checkpoint {meta['blob']} answered; retry")
         if hashlib.sha256(data).hexdigest() != meta["sha256"]:
             raise ServiceUnavailableError(f"{self.name}: router checkpoint checksum mismatch")
-        router = load_router(data, self.coord.pool)
+        router = load_router(data, self.coord.pool, part_schema=self.config.get("schema"),
+                             part_incarnation=self.config.get("incarnation", ""))
         router.part_prefix = self.name
         self.router, self.applied = router, int(meta["seq"])
         self.checkpoint_seq = self.applied
@@ -649,7 +652,7 @@ class Coordinator:
             return self._collections.setdefault(name, ClusterCollection(self, name, config))
 
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
-               schema: dict | None = None, part_replica: bool = False):
+               schema: dict | None = None, part_replica: bool = False, incarnation: str = ""):
         from ..service.attributes import check_schema
         from ..service.limits import check_name
         from .index import PyramidIndex
@@ -668,7 +671,9 @@ class Coordinator:
             raise InvalidParameterError(
                 f"a Pyramid coordinator creates kind 'pyramid' collections; got {kind!r}")
         PyramidIndex(dim, metric, **params)  # validates the parameters now
-        config = {"dim": int(dim), "metric": metric, "kind": kind, "params": params}
+        # parts carry the incarnation: a re-created name never adopts a dropped one's parts
+        config = {"dim": int(dim), "metric": metric, "kind": kind, "params": params,
+                  "incarnation": uuid.uuid4().hex}
         if schema:
             config["schema"] = schema
 

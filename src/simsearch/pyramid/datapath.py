@@ -231,6 +231,7 @@ class ShardPool:
                         log.warning("%s on shard %d could not catch up yet: %s", part.name, sid,
                                     exc)
                         self.mark_out_of_sync(part.name, sid)
+            self._drop_orphans(sid)
             self.up[sid] = self._probe(sid)
             log.warning("shard %d is %s%s", sid, "serving" if self.up[sid] else "down",
                         f" (stale: {', '.join(stale)})" if stale else "")
@@ -238,6 +239,24 @@ class ShardPool:
             log.warning("shard %d could not be checked yet (%s); will retry", sid, exc)
         finally:
             self._recovering.discard(sid)
+
+    def _drop_orphans(self, sid: int) -> None:
+        """Delete the part replicas on ``sid`` that no collection's map lists any more (a
+        collection dropped while the shard was away): they would otherwise stay for good."""
+        cli = self.client(sid)
+        for name in cli.list_collections():
+            collection, dot, j = name.rpartition(".p")
+            if not (dot and j.isdigit()):
+                continue
+            m, _ = self.state.refresh(f"map/{collection}")  # fresh: never a part being made
+            if name in (m or {}).get("parts", {}):
+                continue
+            try:
+                if cli.collection(name).describe().get("part_replica"):
+                    log.warning("deleting %s on shard %d: no collection lists it", name, sid)
+                    cli.drop_collection(name)
+            except Exception as exc:  # gone meanwhile, or the shard went away: next time
+                log.warning("could not delete orphan %s on shard %d: %s", name, sid, exc)
 
     def stale_replicas(self) -> set[int]:
         """Shards holding a replica marked out of sync (the leader retries them)."""
@@ -293,7 +312,8 @@ class ShardPool:
             raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
         out = [RemotePart(self, f"{index.part_prefix}.p{j}", {
             "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
-            "params": index.sub_params, "schema": index.part_schema}, index, j)
+            "params": index.sub_params, "schema": index.part_schema,
+            "incarnation": index.part_incarnation}, index, j)
             for j in range(n_parts)]
         if self.is_leader():
             for part in out:
@@ -358,20 +378,48 @@ class RemotePart:
         return self.pool.replicas_of(self.name)
 
     def ensure(self) -> None:
-        """Create the part's collection on every replica that lacks it."""
+        """Create the part's collection on every replica that lacks it. A copy of another
+        incarnation (a dropped collection's, on a shard that was away when it was dropped) is
+        never adopted: it is marked out of sync, and the leader's catch-up replaces it."""
         from ..service.errors import CollectionExistsError
 
-        c = self.config
         for sid in self.shards:
             try:
-                self.pool.client(sid).create_collection(self.name, c["dim"], c["metric"],
-                                                         c["kind"], schema=c.get("schema"),
-                                                         part_replica=True,
-                                                         **c["params"])
+                self._create(sid)
             except CollectionExistsError:
-                pass
+                try:
+                    if not self._ours(sid):
+                        self.pool.mark_out_of_sync(self.name, sid)
+                except Exception as exc:
+                    log.warning("could not check %s on shard %d: %s", self.name, sid, exc)
             except Exception as exc:  # catch_up re-copies a replica that lacks its collection
                 log.warning("could not create %s on shard %d: %s", self.name, sid, exc)
+
+    def _create(self, sid: int) -> None:
+        c = self.config
+        self.pool.client(sid).create_collection(
+            self.name, c["dim"], c["metric"], c["kind"], schema=c.get("schema"),
+            part_replica=True, incarnation=c.get("incarnation", ""), **c["params"])
+
+    def _ours(self, sid: int) -> bool:
+        """Whether the copy on ``sid`` belongs to this incarnation of the collection."""
+        info = self.pool.client(sid).collection(self.name).describe()
+        return info.get("incarnation", "") == self.config.get("incarnation", "")
+
+    def _replace_foreign(self, sid: int) -> None:
+        """Delete a copy of another incarnation on ``sid`` and make an empty one of this
+        (catch-up then fills it)."""
+        from ..service.errors import CollectionNotFoundError
+
+        try:
+            if self._ours(sid):
+                return
+            log.warning("%s on shard %d belongs to a dropped collection of that name: "
+                        "deleting it", self.name, sid)
+            self.pool.client(sid).drop_collection(self.name)
+        except CollectionNotFoundError:
+            pass
+        self._create(sid)
 
     def _col(self, sid: int):
         c = self.config
@@ -442,6 +490,7 @@ class RemotePart:
         term = self.pool.term()
         with self.write_lock:
             through = self.committed()
+            self._replace_foreign(sid)
             try:
                 applied = self.bring_up_to_date(sid, term)
             except (CollectionNotFoundError, DataLossError):  # a lost disk, a damaged replica
@@ -612,12 +661,18 @@ class _PartCall:
         return None
 
 
-def load_router(data: bytes, pool: ShardPool):
+def load_router(data: bytes, pool: ShardPool, **attributes: Any):
     """An exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded here with its
-    parts on ``pool``'s shard servers."""
+    parts on ``pool``'s shard servers; ``attributes`` (``part_schema``, ``part_incarnation``)
+    are set on it before its parts are made."""
     from ..index import loads
 
-    return loads(data, setup=lambda idx: setattr(idx, "parts_factory", pool.make_parts))
+    def setup(idx):
+        idx.parts_factory = pool.make_parts
+        for k, v in attributes.items():
+            setattr(idx, k, v)
+
+    return loads(data, setup=setup)
 
 
 def open_router(coordinator: str, name: str, etcd: str, cluster: str, **pool_options: Any):

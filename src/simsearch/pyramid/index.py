@@ -268,6 +268,7 @@ class PyramidIndex(Index):
         self.part_prefix: str | None = None
         #: the attribute schema the remote parts' collections are created with
         self.part_schema: dict | None = None
+        self.part_incarnation = ""  # of the cluster collection whose parts these are
         #: when a list, every write appends its decisions here (see ``apply_journal``)
         self.journal: list | None = None
         #: when a list, writes append their part jobs ``(part, "add" | "remove", args)`` here

@@ -306,12 +306,12 @@ class Client:
     def create_collection(
         self, name: str, dim: int, metric: str = "l2", kind: str = "flat",
         schema: dict[str, str] | None = None, *, part_replica: bool = False,
-        **build_params: Any
+        incarnation: str = "", **build_params: Any
     ) -> RemoteCollection:
         """Create a collection holding an index of ``kind`` (see simsearch.index_kinds());
         ``schema`` declares attribute types (docs/filters.md), others are inferred on add.
         ``part_replica``: a Pyramid part's replica on a shard server (a cluster's leader makes
-        these; it needs a token of role "cluster")."""
+        these; it needs a token of role "cluster"), of the cluster collection ``incarnation``."""
         info = self._call(
             "CreateCollection",
             self._pb.CreateCollectionRequest(
@@ -322,6 +322,7 @@ class Client:
                 params_json=self._convert.dump_params(build_params),
                 schema_json=self._convert.dump_params(schema or {}),
                 part_replica=part_replica,
+                incarnation=incarnation,
             ),
         )
         return RemoteCollection(self, info)
@@ -518,6 +519,8 @@ class RemoteCollection:
             "supports_remove": i.supports_remove,
             "search_params": list(i.search_params),
             "schema": json.loads(i.schema_json or "{}"),
+            "incarnation": i.incarnation,
+            "part_replica": i.part_replica,
         }
 
     def __len__(self) -> int:

@@ -111,6 +111,7 @@ def _info(col: ServedCollection) -> pb.CollectionInfo:
         search_params=d["search_params"],
         schema_json=json.dumps(d.get("schema", {})),
         part_replica=bool(getattr(col, "part_replica", False)),
+        incarnation=str(d.get("incarnation", "")),
     )
 
 
@@ -146,6 +147,7 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         col = self.store.create(
             request.name, request.dim, request.metric or "l2", request.kind or "flat", params,
             schema=schema, part_replica=request.part_replica,
+            **({"incarnation": request.incarnation} if request.incarnation else {}),
         )
         return _info(col)
 

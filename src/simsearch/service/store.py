@@ -486,6 +486,7 @@ class Collection:
             supports_remove=_supports_remove(index),
             search_params=sorted(type(index).search_params),
             schema=dict(self.attrs.schema),
+            incarnation=str(self.config.get("incarnation", "")),
         )
         return out
 
@@ -866,9 +867,11 @@ class Store:
         return sorted(self._collections)
 
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
-               schema: dict | None = None, part_replica: bool = False) -> Collection:
+               schema: dict | None = None, part_replica: bool = False,
+               incarnation: str = "") -> Collection:
         """A new collection; ``schema`` declares attribute types (others are inferred);
-        ``part_replica``: a cluster part's replica (takes only fenced part writes)."""
+        ``part_replica``: a cluster part's replica (takes only fenced part writes), of the
+        cluster collection ``incarnation``."""
         check_name(name)
         schema = check_schema(schema)
         if not isinstance(params, dict):
@@ -888,6 +891,8 @@ class Store:
                 config["schema"] = schema
             if part_replica:
                 config["part_replica"] = True
+            if incarnation:
+                config["incarnation"] = str(incarnation)
             with open(tmp / "collection.json", "w") as f:
                 json.dump(config, f)
                 f.flush()

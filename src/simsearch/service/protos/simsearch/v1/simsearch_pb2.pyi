@@ -17,7 +17,7 @@ class Matrix(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params", "schema_json", "part_replica")
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "count", "trained", "needs_training", "supports_remove", "search_params", "schema_json", "part_replica", "incarnation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class CollectionInfo(_message.Message):
     SEARCH_PARAMS_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     PART_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     metric: str
@@ -42,10 +43,11 @@ class CollectionInfo(_message.Message):
     search_params: _containers.RepeatedScalarFieldContainer[str]
     schema_json: str
     part_replica: bool
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., part_replica: _Optional[bool] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., count: _Optional[int] = ..., trained: _Optional[bool] = ..., needs_training: _Optional[bool] = ..., supports_remove: _Optional[bool] = ..., search_params: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., part_replica: _Optional[bool] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class CreateCollectionRequest(_message.Message):
-    __slots__ = ("name", "dim", "metric", "kind", "params_json", "schema_json", "part_replica")
+    __slots__ = ("name", "dim", "metric", "kind", "params_json", "schema_json", "part_replica", "incarnation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     METRIC_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +55,7 @@ class CreateCollectionRequest(_message.Message):
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     PART_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     metric: str
@@ -60,7 +63,8 @@ class CreateCollectionRequest(_message.Message):
     params_json: str
     schema_json: str
     part_replica: bool
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., schema_json: _Optional[str] = ..., part_replica: _Optional[bool] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., metric: _Optional[str] = ..., kind: _Optional[str] = ..., params_json: _Optional[str] = ..., schema_json: _Optional[str] = ..., part_replica: _Optional[bool] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class CollectionRequest(_message.Message):
     __slots__ = ("name",)
