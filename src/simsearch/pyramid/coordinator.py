@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: router log records between two router checkpoints (a checkpoint bounds replay at take-over)
 CHECKPOINT_EVERY = 200
+#: seconds a drop waits for each part copy's deletion before leaving it to orphan clean-up
+DROP_TIMEOUT = 2.0
 #: and at most this many bytes of log records between two (etcd keeps the history of every
 #: record until the checkpoint after it lets the leader compact; docs/cluster.md, "Long runs")
 CHECKPOINT_LOG_BYTES = 32 << 20
@@ -700,10 +702,18 @@ class Coordinator:
                                                   if v is not None]))
             self.etcd.delete_prefix(f"log/{name}/")
             self._forget(name)
-        for part, e in parts.items():  # best effort: a shard that is down keeps an orphan
+        from ..service.client import call_deadline
+
+        # best effort, briefly: a shard that is away keeps its copies until it returns, when
+        # the leader deletes the parts no map lists (ShardPool._drop_orphans); a re-created
+        # name never adopts them meanwhile (its parts carry a new incarnation)
+        for part, e in parts.items():
             for sid in e["replicas"]:
+                if not self.pool.up.get(sid):
+                    continue
                 try:
-                    self.pool.client(sid).drop_collection(part)
+                    with call_deadline(time.monotonic() + DROP_TIMEOUT):
+                        self.pool.client(sid).drop_collection(part)
                 except Exception as exc:
                     log.warning("could not drop %s on shard %d: %s", part, sid, exc)
             self.pool.parts.pop(part, None)
