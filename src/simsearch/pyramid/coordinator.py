@@ -237,6 +237,8 @@ class ClusterCollection:
         coord.compact()
         if old:
             for sid in old["holders"]:
+                if old["blob"] == blob and sid in holders:
+                    continue  # the same checkpoint written again (moved off a leaving shard)
                 with contextlib.suppress(Exception):
                     coord.pool.client(sid).delete_blob(old["blob"])
         log.info("%s: router checkpoint at log record %d (%d bytes on shards %s)", self.name,
@@ -459,6 +461,14 @@ class ClusterCollection:
             if r.is_trained and self.applied > self.checkpoint_seq:
                 self._checkpoint_locked(self.applied)
             return len(r)
+
+    def move_checkpoint(self) -> None:
+        """Write the router's checkpoint again, onto the shards that take checkpoints now (the
+        leader, before it retires a drained shard that holds one)."""
+        with self.write_lock:
+            r = self.current()
+            if r.is_trained:
+                self._checkpoint_locked(self.applied)
 
     def export(self, deadline: float | None = None) -> tuple[dict, bytes]:
         """The collection's config and its router's file (``open_router``)."""
@@ -889,10 +899,29 @@ class Coordinator:
             self._wake.set()  # the next move at once
             return
         for s in self.state.draining():  # drained: tell it to stop
-            if not any(s in r for r in cmap.values()) and s not in self.state.retired():
+            if any(s in r for r in cmap.values()) or s in self.state.retired():
+                continue
+            if self._checkpoints_moved_off(s):  # never retire the last copy of a router
                 self.state.change(self.fence, [f"retired/{s}"],
                                   lambda v, s=s: None if v else ({f"retired/{s}": "1"}, []))
                 log.warning("shard %d drained and retired", s)
+
+    def _checkpoints_moved_off(self, sid: int) -> bool:
+        """Checkpoint again every router whose checkpoint shard ``sid`` holds (onto the shards
+        that take checkpoints now, which a draining shard is not); True once none is left on
+        it."""
+        moved = True
+        for name in self.names():
+            meta = self.state.refresh(f"router/{name}")[0]
+            if meta and sid in meta.get("holders", []):
+                try:
+                    self.get(name).move_checkpoint()
+                    log.warning("%s: router checkpoint moved off draining shard %d", name, sid)
+                except Exception as exc:
+                    log.warning("%s: could not move the router checkpoint off shard %d: %s",
+                                name, sid, exc)
+                    moved = False
+        return moved
 
     def _move(self, move) -> None:
         """Copy a current part replica to its new shard under the part's write lock (writes
