@@ -466,3 +466,50 @@ def test_draining_every_original_shard_keeps_the_router_loadable(cluster_factory
 
     wait_until(lambda: answers() is not None, timeout=60)
     np.testing.assert_array_equal(answers(), want)
+
+
+def test_a_coordinator_cut_off_from_etcd_stops_serving_its_stale_map(cluster_factory, data):
+    """The defect (issue 33): a coordinator cut off from etcd served its map and router
+    forever, so it could return ids removed long ago. Here etcd is paused (SIGSTOP) for three
+    lease TTLs: once a coordinator's lease has lapsed its searches answer UNAVAILABLE, and
+    they answer again within 10 s of etcd's return. Seen failing on the code before: searches
+    went on answering from the stale map throughout the pause."""
+
+    base, queries = data
+    ttl = 2.0
+    cl = cluster_factory(2, 2, "--coordinators", "2", "--lease-ttl", str(ttl))
+    col = filled(cl.coordinators, "l2", base)
+    want = col.search(queries, K, branching=24).ids
+    etcd_pid = cl.up["etcd_pid"]
+    os.kill(etcd_pid, signal.SIGSTOP)
+    try:
+        time.sleep(ttl + 1.0)
+        for address in cl.coordinators:
+            c = ss.connect(address, timeout=10, retries=False)
+            wait_until(lambda c=c: _refused(c, queries), timeout=3 * ttl)
+            c.close()
+    finally:
+        os.kill(etcd_pid, signal.SIGCONT)
+    t0 = time.monotonic()
+    wait_until(lambda: _answers(cl.coordinators, queries) is not None, timeout=30)
+    assert time.monotonic() - t0 < 10.0
+    np.testing.assert_array_equal(_answers(cl.coordinators, queries), want)
+
+
+def _refused(client, queries) -> bool:
+    from simsearch.service.errors import ServiceUnavailableError
+
+    try:  # a handle: no Describe call, the search itself is what must be refused
+        client.collection_handle("docs", DIM, "l2", "pyramid").search(queries[:2], K,
+                                                                      branching=24)
+    except ServiceUnavailableError:
+        return True
+    return False
+
+
+def _answers(addresses, queries):
+    try:
+        with ss.connect(addresses, timeout=10) as c:
+            return c.collection("docs").search(queries, K, branching=24).ids
+    except Exception:  # noqa: BLE001 - not serving yet
+        return None

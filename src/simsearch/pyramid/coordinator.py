@@ -381,6 +381,7 @@ class ClusterCollection:
     def search(self, q: Any, k: int, params: dict, deadline: float | None = None
                ) -> SearchResult:
         """``where`` goes to every asked part, which answers it from its attributes."""
+        self.coord.require_etcd()
         token = DEADLINE.set(deadline)
         try:
             out = self.current().search(q, k, **params)
@@ -559,6 +560,16 @@ class Coordinator:
                 self.compactions += 1
         except CoordinationError as exc:  # auto-compaction is the safety net; try next time
             log.warning("etcd compaction failed: %s", exc)
+
+    def require_etcd(self) -> None:
+        """Refuse to serve once this coordinator has not reached etcd for longer than its
+        lease (its registration lapsed): its cluster map and router may then be stale without
+        bound. Clients with several addresses move to another coordinator (UNAVAILABLE)."""
+        reg = self.registration
+        if reg is not None and not reg.alive():
+            raise ServiceUnavailableError(
+                "this coordinator has not reached etcd for longer than its lease, so its view "
+                "of the cluster may be stale; ask another coordinator, or retry shortly")
 
     def is_leader(self) -> bool:
         return self.election is not None and self.election.is_leader()
