@@ -47,6 +47,16 @@ def filled(address, metric, base, **params):
     return col
 
 
+def cluster_cli(cl, *args):
+    """``simsearch cluster ARGS --data-dir`` the local cluster's directory."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "simsearch.cli", "cluster", *args,
+                           "--data-dir", str(cl.dir)], capture_output=True, text=True,
+                          timeout=300)
+
+
 def wait_until(cond, timeout=30.0):
     t0 = time.monotonic()
     while not cond():
@@ -243,8 +253,6 @@ def test_cluster_add_shard_drain_and_status_json(cluster_factory, data):
     """`cluster add-shard` / `drain` / `status --json` on a `cluster up` directory: the new shard
     gets its share of replicas, the drained one stops, answers never change."""
     import json
-    import subprocess
-    import sys
 
     base, queries = data
     cl = cluster_factory(2, 2, "--coordinators", "2")
@@ -252,9 +260,7 @@ def test_cluster_add_shard_drain_and_status_json(cluster_factory, data):
     want = col.search(queries, K, branching=24).ids
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "simsearch.cli", "cluster", *args,
-                               "--data-dir", str(cl.dir)], capture_output=True, text=True,
-                              timeout=300)
+        return cluster_cli(cl, *args)
 
     def shards():
         st = json.loads(cli("status", "--json").stdout)
@@ -430,8 +436,6 @@ def test_draining_every_original_shard_keeps_the_router_loadable(cluster_factory
     checkpoint move). Now a draining shard's checkpoints are written again on the shards that
     stay before it is retired."""
     import json
-    import subprocess
-    import sys
 
     base, queries = data
     cl = cluster_factory(2, 2)
@@ -439,9 +443,7 @@ def test_draining_every_original_shard_keeps_the_router_loadable(cluster_factory
     want = col.search(queries, K, branching=24).ids
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "simsearch.cli", "cluster", *args,
-                               "--data-dir", str(cl.dir)], capture_output=True, text=True,
-                              timeout=300)
+        return cluster_cli(cl, *args)
 
     for _ in range(2):
         assert cli("add-shard").returncode == 0
