@@ -9,13 +9,15 @@ Layout under the data directory::
                                            (fenced.py; written before snapshot-<g>.idx)
 
 State = the newest snapshot (or an empty index at g = 0) + replay of its log. A snapshot writes
-snapshot-<g+1>, then opens an empty wal-<g+1>, then deletes generation g: a crash at any point
-leaves either the old pair or the new snapshot (whose log is empty or absent), both complete.
+wal-<g+1> (with a part's prepared, unapplied ops), the fencing state and attributes, then
+snapshot-<g+1> (the commit point), then deletes generation g: a crash or a failure at any point
+leaves either the old generation or the new one, both complete.
 
-Every write is applied to the in-memory index and then appended to the log and fsynced before it
-is acknowledged; a write whose log append fails is undone by reloading the collection from disk.
-Writes on a collection are serialized; searches run concurrently with each other and wait only
-while a write changes the index.
+Every write is checked whole, appended to the log and fsynced, then applied to the in-memory
+index and acknowledged: a search never sees a write the log does not hold, and a failed append
+(a full disk) changes nothing. Writes on a collection are serialized; searches run concurrently
+with each other and wait only while a write changes the index. An import swaps directories
+through an intent file a restart finishes (docs/service.md, "Durability").
 """
 
 from __future__ import annotations
@@ -360,7 +362,7 @@ class Collection:
         self._rw = RWLock(DeadlineExceededError)  # searches share; applying a write is exclusive
         self._snapshot_bytes = 0  # size of the snapshot the log follows
         self._snapshot_retry_at = 0.0  # after a failed automatic snapshot: not before then
-        #: set once a Pyramid leader writes this collection as a part replica (fenced.py)
+        #: a part replica's fencing state, once a Pyramid leader has written it (fenced.py)
         self.fenced: FencedState | None = None
         self._wal_base_applied = 0  # the part sequence applied when the current log began
         self.part_replica = False
