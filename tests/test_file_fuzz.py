@@ -25,3 +25,27 @@ def test_mutated_files_give_corrupt_index_error_or_a_working_index(kind):
     assert r["crashes"] == [] and r["errors"] == [], r
     assert sum(r["outcomes"].values()) == PER_KIND
     assert r["outcomes"].get("corrupt", 0) > PER_KIND // 4  # the validators did refuse files
+
+
+@pytest.mark.parametrize("space", ["ip", "cosine", "l2"])
+def test_hnswlib_own_files_load_through_the_checks(tmp_path, space):
+    """Files written before simsearch kept hnswlib's state as arrays hold hnswlib's own saved
+    bytes; they are parsed into hnswlib's state and checked like any (never handed to
+    hnswlib's loader), and answer as the index that wrote them."""
+    import hnswlib
+    import numpy as np
+
+    from simsearch._hnswlib import hnswlib_from_saved
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    h = hnswlib.Index(space, 8)
+    h.init_index(500, M=8, ef_construction=40)
+    h.add_items(x, np.arange(300))
+    h.mark_deleted(5)
+    h.save_index(str(tmp_path / "h.bin"))
+    blob = np.fromfile(tmp_path / "h.bin", np.uint8)
+    g = hnswlib_from_saved(blob, space, 8, 500)
+    np.testing.assert_array_equal(g.knn_query(x[:20], 5)[0], h.knn_query(x[:20], 5)[0])
+    with pytest.raises(ValueError):
+        hnswlib_from_saved(blob[:-1], space, 8, 500)  # truncated: refused, not read past
