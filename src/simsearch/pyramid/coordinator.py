@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: router log records between two router checkpoints (a checkpoint bounds replay at take-over)
 CHECKPOINT_EVERY = 200
+#: seconds a write waits at most for a running checkpoint (see _wait_for_checkpoint)
+CHECKPOINT_WAIT = 30.0
 #: seconds a drop waits for each part copy's deletion before leaving it to orphan clean-up
 DROP_TIMEOUT = 2.0
 #: and at most this many bytes of log records between two (etcd keeps the history of every
@@ -89,6 +91,8 @@ class ClusterCollection:
         self.log_bytes = 0  # log record bytes appended since the last checkpoint
         self.write_lock = threading.RLock()  # the leader's writes, and log replay, one at a time
         self._checkpointing = False
+        self._checkpoint_idle = threading.Event()
+        self._checkpoint_idle.set()
 
     # -- the router copy --------------------------------------------------------------------
 
@@ -191,6 +195,7 @@ class ClusterCollection:
             self.log_bytes >= coord.checkpoint_log_bytes
         if due and not self._checkpointing:
             self._checkpointing = True
+            self._checkpoint_idle.clear()
             threading.Thread(target=self._background_checkpoint, daemon=True).start()
 
     def _background_checkpoint(self) -> None:
@@ -202,6 +207,14 @@ class ClusterCollection:
             log.warning("%s: router checkpoint failed: %s", self.name, exc)
         finally:
             self._checkpointing = False
+            self._checkpoint_idle.set()
+
+    def _wait_for_checkpoint(self) -> None:
+        """Backpressure: while a checkpoint runs and the log has grown to twice
+        ``--checkpoint-log-bytes`` since the last one, a new write waits for it to end, so
+        etcd's history between two compactions stays bounded however fast writes come."""
+        if self._checkpointing and self.log_bytes >= 2 * self.coord.checkpoint_log_bytes:
+            self._checkpoint_idle.wait(CHECKPOINT_WAIT)
 
     def _router_bytes(self) -> bytes:
         return self.router.to_bytes()
@@ -251,6 +264,7 @@ class ClusterCollection:
         drops the copy, which reloads from the checkpoint and the log."""
         coord = self.coord
         coord.require_leader()
+        self._wait_for_checkpoint()  # before the lock: the checkpoint needs it briefly
         with self.write_lock:
             router = self.current()
             router.journal, router.defer_writes = [], []
