@@ -181,22 +181,22 @@ def test_a_copy_of_a_dropped_incarnation_is_replaced_never_adopted(tmp_path):
     stale copy stayed in sync with its 50 old items. Parts now carry the collection's
     incarnation; a foreign copy is marked out of sync, and catch-up replaces it."""
     stores = {s: Store(tmp_path / f"shard{s}") for s in (0, 1)}
-    stale = stores[1].create(NAME, DIM, "l2", "flat", {}, part_replica=True, incarnation="old")
+    stale = stores[1].create(NAME, DIM, "l2", "flat", {}, part_replica=True, incarnation="01d")
     stale.part_prepare(TERM, 1, [PartOp(1, False, np.arange(1000, 1050), vec(range(1000, 1050)))])
     stale.part_sync(TERM, (TERM, 1), 1, 1)  # the dropped collection's items
     pool, router = Pool(stores), Router()
-    config = {"dim": DIM, "metric": "l2", "kind": "flat", "params": {}, "incarnation": "new"}
+    config = {"dim": DIM, "metric": "l2", "kind": "flat", "params": {}, "incarnation": "2e3"}
     part = RemotePart(pool, NAME, config, router, 0)
     pool.parts[NAME] = part
     part.ensure()  # shard 0 gets a new copy; shard 1's is another incarnation's
     assert pool.in_sync_set == {0}
-    assert stores[0].get(NAME).describe()["incarnation"] == "new"
+    assert stores[0].get(NAME).describe()["incarnation"] == "2e3"
     write(part, router, [0], [0], [1, 2], attempt=2)
     part.catch_up(1)
     assert pool.in_sync_set == {0, 1}
     for st in stores.values():
         col = st.get(NAME)
-        assert col.describe()["incarnation"] == "new"
+        assert col.describe()["incarnation"] == "2e3"
         assert sorted(col.index.ids().tolist()) == [1, 2]  # nothing of the dropped one
     for st in stores.values():
         st.close()

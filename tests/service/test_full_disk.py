@@ -1,11 +1,12 @@
 """A full disk, for real: a node whose data directory is a small tmpfs (docs/service.md,
 "Durability").
 
-The defect (read from the code before these changes, and seen with a failing append injected):
-a failed append reloaded the whole collection under the exclusive lock and answered UNAVAILABLE,
-so a full disk looked like a transient fault to retry at once, and every later write paid a
-reload. Now a full disk is RESOURCE_EXHAUSTED with nothing changed, searches go on, and writes
-resume by themselves once space is freed; what was acknowledged survives a kill -9.
+The defect (read from the code before these changes): a failed append reloaded the whole
+collection under the exclusive lock and answered UNAVAILABLE, so a full disk looked like a
+transient fault to retry at once, and every later write paid a reload. Seen failing with a full
+disk mapped back to UNAVAILABLE: the first refused add raised ServiceUnavailableError. Now a
+full disk is RESOURCE_EXHAUSTED with nothing changed, searches go on, and writes resume by
+themselves once space is freed; what was acknowledged survives a kill -9.
 """
 
 from __future__ import annotations

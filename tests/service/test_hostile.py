@@ -5,7 +5,9 @@ Each test names the defect it was written against and how that defect showed on 
 before these changes (2026-11-27). Each of the log, snapshot, visibility and import tests was
 also seen failing with its defect put back into the new code: the snapshot re-logging no
 prepared ops, a header checksum failure read as a torn tail, a write applied before its append,
-and the import swap's intent file written after the first fault point."""
+and the import swap's intent file written after the first fault point; so were the attribute
+name test (with the old check: 5 of 8 names accepted) and the failed-snapshot test (with the
+snapshot's error let through to the write)."""
 
 from __future__ import annotations
 
@@ -366,3 +368,17 @@ def test_import_swap_survives_a_crash_at_every_step(server_factory, tmp_path, mo
     assert n == 20  # the intent was written first: a restart finishes the swap
     assert not [p for p in (server.data_dir / "collections").iterdir()
                 if p.name.startswith(".")]
+
+
+def test_an_incarnation_is_a_part_replica_id_and_bounded(tmp_path):
+    """An incarnation is kept in collection.json: only part replicas carry one, and only a short
+    hex id (a client cannot park megabytes in a collection's config)."""
+    from simsearch.errors import InvalidParameterError
+
+    s = Store(tmp_path)
+    for part, inc in ((False, "ab12"), (True, "x" * 10), (True, "a" * 65), (True, "a\x00")):
+        with pytest.raises(InvalidParameterError, match="incarnation"):
+            s.create("c", DIM, "l2", "flat", {}, part_replica=part, incarnation=inc)
+    assert s.names() == []
+    assert s.create("c", DIM, "l2", "flat", {}, part_replica=True,
+                    incarnation="ab12").describe()["incarnation"] == "ab12"

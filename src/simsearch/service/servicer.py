@@ -7,6 +7,7 @@ INTERNAL without details (no tracebacks, no paths).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -260,19 +261,14 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         if first is None or not first.collection:
             raise InvalidParameterError(f"the first chunk must name the {what}")
         meta = convert.load_params(first.config_json, "config_json")
-        cap = self.limits.max_stream_bytes
-        parts, size = [first.data], len(first.data) + len(first.config_json)
-        for c in request_iterator:
-            size += len(c.data) + len(c.collection) + len(c.config_json)
+        cap, parts, size = self.limits.max_stream_bytes, [], len(first.config_json)
+        for c in itertools.chain([first], request_iterator):
+            size += len(c.data) + len(c.collection)
             if size > cap:
                 raise ResourceExhaustedError(
                     f"the {what} stream carries more than the server's --max-stream-bytes "
                     f"({cap}); nothing was stored")
             parts.append(c.data)
-        if size > cap:
-            raise ResourceExhaustedError(
-                f"the {what} stream carries more than the server's --max-stream-bytes ({cap}); "
-                "nothing was stored")
         return first.collection, meta, b"".join(parts)
 
     @_rpc

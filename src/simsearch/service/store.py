@@ -86,6 +86,7 @@ _SNAP_RE = re.compile(r"^snapshot-(\d+)\.idx$")
 _WAL_RE = re.compile(r"^wal-(\d+)\.log$")
 _PART_RE = re.compile(r"^part-(\d+)\.json$")
 _ATTR_RE = re.compile(r"^attrs-(\d+)\.bin$")
+_INCARNATION_RE = re.compile(r"[0-9a-f]{1,64}")
 _PART_OPS = (walmod.OP_PART_PREPARE, walmod.OP_PART_SYNC)
 DEFAULT_SNAPSHOT_WAL_BYTES = 256 << 20
 #: after an automatic snapshot failed (a full disk): seconds before the next try
@@ -876,6 +877,10 @@ class Store:
         cluster collection ``incarnation``."""
         check_name(name)
         schema = check_schema(schema)
+        if incarnation and not (part_replica and _INCARNATION_RE.fullmatch(str(incarnation))):
+            raise InvalidParameterError(
+                "incarnation belongs to part replicas only and is 1-64 hex digits (a cluster "
+                f"collection's id); got {str(incarnation)[:80]!r}")
         if not isinstance(params, dict):
             raise InvalidParameterError(f"build params must be a JSON object; got {params!r}")
         try:  # validates kind, dim, metric, params
