@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # lets tests import the shared `
 #: SIMSEARCH_REQUIRE_FAULT_TESTS=1 (set by .ci/run) a skip of one of them, or of its whole
 #: module, is a failure
 FAULT_TEST_FILES = ("test_netns.py", "test_netns_faults.py", "test_data_plane_faults.py",
+                    "test_leader_changes.py", "test_long_runs.py",
                     "test_full_disk.py",
                     "test_etcd_control.py", "test_cluster.py")
 

@@ -66,7 +66,9 @@ def wait_until(cond, timeout=30.0):
 
 def test_cluster_equals_in_process_and_survives_a_dead_shard(cluster_factory, data):
     base, queries = data
-    cl = cluster_factory(3, 2)
+    # availability over durability: a write needs one replica (the default, 2, refuses writes
+    # to the parts of a dead shard; test_leader_changes.py)
+    cl = cluster_factory(3, 2, "--min-insync-replicas", "1")
     client = ss.connect(cl.coordinator, timeout=60)
     col = client.create_collection("docs", DIM, "ip", "pyramid", **PARAMS)
     col.train(base)

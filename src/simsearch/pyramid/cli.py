@@ -62,6 +62,8 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
                     help="the coordinators' --replace-after")
     up.add_argument("--checkpoint-log-bytes", type=int, default=CHECKPOINT_LOG_BYTES,
                     help="the coordinators' --checkpoint-log-bytes")
+    up.add_argument("--min-insync-replicas", type=int,
+                    help="the coordinators' --min-insync-replicas")
     up.add_argument("--etcd-quota-bytes", type=int, default=DEFAULT_QUOTA_BYTES,
                     help="the embedded etcd's --quota-backend-bytes (with --etcd: not used)")
     up.add_argument("--tokens-file",
@@ -108,6 +110,9 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
                     help="checkpoint a router once this many bytes of log records follow its "
                          "last checkpoint (then etcd is compacted; keep it well below etcd's "
                          f"quota; default {CHECKPOINT_LOG_BYTES})")
+    co.add_argument("--min-insync-replicas", type=int,
+                    help="replicas of a part that must hold a write durably before it is "
+                         "acknowledged (default: 2 when parts have two replicas or more, else 1)")
     co.add_argument("--shard-token-file",
                     help="a file holding the token for shards (role 'cluster' in their tokens "
                          "file, docs/service.md \"Security model\")")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _faults
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import SearchResult, as_id_array, as_matrix
 from ..service.errors import (
@@ -90,6 +91,8 @@ class ClusterCollection:
         self.checkpoint_seq = 0
         self.log_bytes = 0  # log record bytes appended since the last checkpoint
         self.write_lock = threading.RLock()  # the leader's writes, and log replay, one at a time
+        #: the leader term whose take-over this collection finished (see ``take_over``)
+        self.ready_term: int | None = None
         self._checkpointing = False
         self._checkpoint_idle = threading.Event()
         self._checkpoint_idle.set()
@@ -145,7 +148,7 @@ class ClusterCollection:
             for key, value, _ in recs:
                 seq = int(key.rsplit("/", 1)[1])
                 if seq != self.applied + 1:  # compacted under us: start from the checkpoint
-                    self.router = None
+                    self._drop_router()
                     return self.catch_up()
                 self.router.apply_journal(routerlog.decode(value))
                 self.applied = seq
@@ -161,7 +164,51 @@ class ClusterCollection:
     def invalidate(self) -> None:
         """Drop the copy (it may be ahead of the log after a failed append); reload on use."""
         with self.write_lock:
-            self.router = None
+            self._drop_router()
+
+    def _drop_router(self) -> None:
+        """Forget the router copy, and take its parts out of recovery's hands: recovery brings
+        replicas to the sequences the log committed, which a dropped copy may be ahead of."""
+        if self.router is not None:
+            self.coord.pool.unregister(self.router)
+        self.router = None
+        self.ready_term = None  # a leader takes over again before its next write
+
+    def take_over(self, term: int) -> None:
+        """The barrier before a new leader's first write to this collection: its router read
+        to the log's tail (its predecessor's last records included: their appends were fenced by
+        an election that has ended, so none can land after this read), then every replica that
+        is up fenced at ``term`` and brought to its part's committed sequence; one that cannot
+        be is marked out of sync. Without it a stale copy numbers its part ops from a stale
+        sequence and replaces committed ops the replicas hold prepared."""
+        from .datapath import RouterBehindError
+
+        with self.write_lock:
+            if self.ready_term == term:
+                return
+            self.catch_up()
+            pool = self.coord.pool
+            for part in self.router.parts if self.router.is_trained else ():
+                for sid in part.shards:
+                    if not pool.up.get(sid):
+                        continue  # recovered when it returns
+                    try:
+                        part.catch_up(sid)
+                    except RouterBehindError:
+                        raise
+                    except Exception as exc:
+                        log.warning("%s on shard %d not current at take-over: %s", part.name,
+                                    sid, exc)
+                        pool.mark_out_of_sync(part.name, sid)
+            self.ready_term = term
+
+    def leader_router(self):
+        """The router a leader writes through: current to the log's tail (``take_over``)."""
+        coord = self.coord
+        term = coord.term()
+        if self.ready_term != term:
+            self.take_over(term)
+        return self.current()
 
     # -- the leader's writes ----------------------------------------------------------------
 
@@ -189,7 +236,7 @@ class ClusterCollection:
                 coord.log_bytes += len(data)
             self.applied = seq
         except (CoordinationError, SimsearchError):
-            self.router = None
+            self._drop_router()
             raise
         due = self.applied - self.checkpoint_seq >= CHECKPOINT_EVERY or \
             self.log_bytes >= coord.checkpoint_log_bytes
@@ -266,13 +313,13 @@ class ClusterCollection:
         coord.require_leader()
         self._wait_for_checkpoint()  # before the lock: the checkpoint needs it briefly
         with self.write_lock:
-            router = self.current()
+            router = self.leader_router()
             router.journal, router.defer_writes = [], []
             try:
                 out = fn(router)
             except BaseException:
                 if router.journal:  # planning changed the copy before it failed
-                    self.router = None
+                    self._drop_router()
                 raise
             finally:
                 records, jobs = router.journal, router.defer_writes
@@ -282,7 +329,7 @@ class ClusterCollection:
                     self._replicate(router, records, jobs, deadline,
                                     _attributes_by_id(attributes, out))
                 except BaseException:
-                    self.router = None
+                    self._drop_router()
                     raise
             return out
 
@@ -316,16 +363,19 @@ class ClusterCollection:
             prepared = self._on_replicas(
                 parts, targets, lambda p, part, sid: part.prepare(sid, term, attempt,
                                                                   by_part[p], timeout))
+            need = coord.min_insync_replicas()
             for p, part in parts.items():
-                if not prepared[p]:
+                if len(prepared[p]) < need:  # nothing committed: the prepares never apply
                     raise ServiceUnavailableError(
-                        f"no replica of part {part.name} took the write (shards "
-                        f"{targets[p]}); nothing was applied; retry")
+                        f"{len(prepared[p])} replica(s) of part {part.name} took the write "
+                        f"(shards {sorted(prepared[p])} of the in-sync {targets[p]}), fewer "
+                        f"than --min-insync-replicas {need}; nothing was applied; retry")
             seq_rec = {"op": "seq", "parts": np.asarray(list(parts), np.int64),
                        "first": np.asarray([by_part[p][0].pseq for p in parts], np.int64),
                        "through": np.asarray([by_part[p][-1].pseq for p in parts], np.int64),
                        "ballot": np.asarray([term, attempt], np.int64)}
             self._append([*records, seq_rec])  # the commit point
+            _faults.point("write:committed")
             ballot = (term, attempt)
             synced = self._on_replicas(
                 parts, prepared, lambda p, part, sid: part.sync(
@@ -339,7 +389,10 @@ class ClusterCollection:
                             log.warning("%s on shard %d applied %d after the sync of [%d, %d]",
                                         part.name, sid, synced[p][sid]["applied"],
                                         by_part[p][0].pseq, through)
-                        coord.pool.mark_out_of_sync(part.name, sid)
+                        # recorded before the answer, or no answer: a leader deposed
+                        # meanwhile cannot record it and must not acknowledge (the write is
+                        # committed; the new leader's take-over repairs the replica)
+                        coord.pool.mark_out_of_sync(part.name, sid, strict=True)
                         coord.pool.mark_down(sid)
 
     def _on_replicas(self, parts: dict, targets: dict, call) -> dict[int, dict[int, dict]]:
@@ -454,14 +507,14 @@ class ClusterCollection:
             return
         coord.require_leader()
         with self.write_lock:
-            router = self.current()
+            router = self.leader_router()
             coord.place_collection(self.name, router.n_parts)
             router.train(x)  # RetrainNonEmptyError if it holds items
             seq = self.applied + 1
             try:
                 self._checkpoint_locked(seq)  # the trained model is durable before we answer
             except Exception:
-                self.router = None
+                self._drop_router()
                 raise
             self.applied = seq
             coord.pool.register(router)
@@ -472,7 +525,7 @@ class ClusterCollection:
             return self.coord.forward(lambda c: self._on(c).snapshot())
         self.coord.require_leader()
         with self.write_lock:
-            r = self.current()
+            r = self.leader_router()
             if r.is_trained and self.applied > self.checkpoint_seq:
                 self._checkpoint_locked(self.applied)
             return len(r)
@@ -481,7 +534,7 @@ class ClusterCollection:
         """Write the router's checkpoint again, onto the shards that take checkpoints now (the
         leader, before it retires a drained shard that holds one)."""
         with self.write_lock:
-            r = self.current()
+            r = self.leader_router()
             if r.is_trained:
                 self._checkpoint_locked(self.applied)
 
@@ -492,7 +545,7 @@ class ClusterCollection:
             return self.config, self._router_bytes()
 
     def close(self) -> None:
-        self.router = None
+        self._drop_router()
 
 
 class Coordinator:
@@ -508,7 +561,8 @@ class Coordinator:
     def __init__(self, etcd: Etcd, lease_ttl: float = 3.0, replicas: int = 2,
                  pool_options: dict | None = None, replace_after: float = REPLACE_AFTER,
                  leader_tls_ca: str | None = None,
-                 checkpoint_log_bytes: int = CHECKPOINT_LOG_BYTES):
+                 checkpoint_log_bytes: int = CHECKPOINT_LOG_BYTES,
+                 min_insync_replicas: int | None = None):
         """Reads the cluster state at once; ``start(address)`` joins the election once the
         server is bound (its address is the candidate's name). ``leader_tls_ca``: the CA of the
         coordinators' certificates (a follower forwards writes to its leader over TLS)."""
@@ -529,6 +583,12 @@ class Coordinator:
         self.state = ClusterState(etcd)
         etcd.put_if_absent("config", json.dumps({"replicas": int(replicas)}))
         self.state.refresh("config")
+        if min_insync_replicas is not None and not 1 <= min_insync_replicas <= \
+                self.state.replicas:
+            raise InvalidParameterError(
+                f"--min-insync-replicas must be in [1, the replication factor "
+                f"{self.state.replicas}]; got {min_insync_replicas}")
+        self._min_insync = min_insync_replicas
         self._collections: dict[str, ClusterCollection] = {}
         self._lock = threading.Lock()
         self._leader_client = (None, None)
@@ -574,6 +634,12 @@ class Coordinator:
                 self.compactions += 1
         except CoordinationError as exc:  # auto-compaction is the safety net; try next time
             log.warning("etcd compaction failed: %s", exc)
+
+    def min_insync_replicas(self) -> int:
+        """Replicas that must hold a write durably (prepared) before it commits: the
+        ``--min-insync-replicas`` setting, by default 2 when parts have two replicas or more
+        (as Kafka's min.insync.replicas: one lost disk never loses an acknowledged write)."""
+        return self._min_insync or min(2, self.state.replicas)
 
     def require_etcd(self) -> None:
         """Refuse to serve once this coordinator has not reached etcd for longer than its
@@ -892,8 +958,9 @@ class Coordinator:
         """A new leader: every router current to the end of the log, every replica fenced at
         this term and brought to its part's committed sequence (``reconcile``)."""
         log.warning("coordinator %s: leading", self.address)
+        term = self.term()
         for name in self.names():
-            self.get(name).catch_up()
+            self.get(name).take_over(term)
         self.reconcile()
 
     def reconcile(self) -> None:
@@ -1006,6 +1073,7 @@ def run_coordinator(args) -> int:
                         leader_tls_ca=getattr(args, "cluster_tls_ca", None) or args.shard_tls_ca
                         or args.tls_cert,
                         checkpoint_log_bytes=args.checkpoint_log_bytes,
+                        min_insync_replicas=args.min_insync_replicas,
                         pool_options={"health_interval": args.health_interval, "token": token,
                                       "tls_ca": args.shard_tls_ca})
 

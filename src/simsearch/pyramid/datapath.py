@@ -146,10 +146,11 @@ class ShardPool:
     def in_sync(self, name: str, sid: int) -> bool:
         return sid in self.state.part_entry(name)["in_sync"]
 
-    def mark_out_of_sync(self, name: str, sid: int) -> None:
+    def mark_out_of_sync(self, name: str, sid: int, strict: bool = False) -> None:
         """The leader records that a replica missed a write (it gets no reads until it caught
-        up); elsewhere this only routes around the shard."""
-        if not self.is_leader():
+        up); elsewhere this only routes around the shard, or with ``strict`` raises
+        NotLeaderError (a write must not be acknowledged while the mark is unrecorded)."""
+        if not strict and not self.is_leader():
             self.mark_down(sid)
             return
 
@@ -327,6 +328,12 @@ class ShardPool:
             if isinstance(part, RemotePart):
                 self.parts[part.name] = part
 
+    def unregister(self, router) -> None:
+        """Take ``router``'s parts out of recovery and moves (a copy that was dropped)."""
+        for part in router.parts:
+            if isinstance(part, RemotePart) and self.parts.get(part.name) is part:
+                del self.parts[part.name]
+
 
 def search_parts(calls: list, k: int) -> list:
     """Search ``[(part, queries, params)]`` at once: start every part's call, then wait for all
@@ -437,8 +444,14 @@ class RemotePart:
                                                timeout or self.pool.timeout)
 
     def _current(self) -> RemotePart:
-        """The RemotePart of the router copy in use now (a reloaded router makes new ones)."""
-        return self.pool.parts.get(self.name, self)
+        """The RemotePart of the router copy current to the log (a reloaded router makes new
+        ones); RouterBehindError while none is loaded: a dropped copy's sequences may hold a
+        write the log never committed."""
+        cur = self.pool.parts.get(self.name)
+        if cur is None:
+            raise RouterBehindError(f"{self.name}: no router copy current to the log is loaded "
+                                    "here yet; retry later")
+        return cur
 
     def bring_up_to_date(self, sid: int, term: int) -> int:
         """Fence the replica on ``sid`` at ``term`` and apply the committed writes it holds

@@ -88,6 +88,8 @@ class _Supervisor:
                 "--replace-after", str(self.args.replace_after),
                 *(["--checkpoint-log-bytes", str(self.args.checkpoint_log_bytes)]
                   if getattr(self.args, "checkpoint_log_bytes", None) else []),
+                *(["--min-insync-replicas", str(self.args.min_insync_replicas)]
+                  if getattr(self.args, "min_insync_replicas", None) else []),
                 *(["--shard-token-file", str(self.d / "shard-token")]
                   if getattr(self.args, "tokens_file", None) else []),
                 *(["--metrics-port", "0"] if self.args.metrics else [])]
