@@ -227,8 +227,8 @@ class History:
 
     def check(self, etcd_url: str, cluster: str, coordinator: str) -> dict:
         """Read every replica and judge (see the module docstring)."""
-        from simsearch.pyramid.datapath import open_router
-        from simsearch.pyramid.launcher import cluster_status
+        from simsearch.pyramid.parts import open_router
+        from simsearch.pyramid.status import cluster_status
 
         st = cluster_status(etcd_url, cluster)
         shards = {p["id"]: p["address"] for p in st["processes"] if p["role"] == "shard"}

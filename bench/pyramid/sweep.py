@@ -41,7 +41,7 @@ def sweep(args) -> None:
         settings = [("pyramid", {"branching": b, "ef": e, "part_effort": pe})
                     for pe in args.effort for e in args.ef for b in args.branching]
         if args.client_routed:  # the router copied into this process, asking shards directly
-            from simsearch.pyramid.datapath import open_router
+            from simsearch.pyramid.parts import open_router
 
             targets["pyramid-client"] = open_router(cl.coordinator, "glove", cl.up["etcd"],
                                                      cl.up["cluster"])

@@ -114,6 +114,34 @@ def check_restored(held: np.ndarray, ids: np.ndarray, x: np.ndarray | None = Non
         raise ValueError(f"stored vectors of shape {x.shape}; expected ({ids.size}, {dim})")
 
 
+def new_ids(ids: Any, n: int, next_id: int, contains: Callable[[np.ndarray], np.ndarray]
+            ) -> np.ndarray:
+    """The ids of an added batch of n rows: the given ones, checked (unique, not held yet), or
+    n consecutive ids from ``next_id``."""
+    if ids is None:
+        return np.arange(next_id, next_id + n, dtype=np.int64)
+    ids = check_batch_ids(ids, n)
+    present = contains(ids)
+    if present.any():
+        raise DuplicateIdError(
+            f"ids must not already be in the index; {int(present.sum())} are, "
+            f"e.g. id {int(ids[present][0])} (remove it first)"
+        )
+    return ids
+
+
+def check_held(ids: np.ndarray, contains: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Ids to remove: unique and all held."""
+    if np.unique(ids).size != ids.size:
+        raise DuplicateIdError("ids to remove must be unique")
+    missing = ~contains(ids)
+    if missing.any():
+        raise UnknownIdError(
+            f"ids to remove must be in the index; {int(missing.sum())} are not, "
+            f"e.g. id {int(ids[missing][0])}"
+        )
+
+
 class IdSet:
     """The external ids an index holds, as a sorted int64 array (compact, vectorised lookups)."""
 
@@ -298,18 +326,7 @@ class Index:
         with self._lock.write():
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before add()")
-            if ids is None:
-                ids = np.arange(
-                    self._idset.next_id, self._idset.next_id + x.shape[0], dtype=np.int64
-                )
-            else:
-                ids = check_batch_ids(ids, x.shape[0])
-                present = self._idset.contains(ids)
-                if present.any():
-                    raise DuplicateIdError(
-                        f"ids must not already be in the index; {int(present.sum())} are, "
-                        f"e.g. id {int(ids[present][0])} (remove it first)"
-                    )
+            ids = new_ids(ids, x.shape[0], self._idset.next_id, self._idset.contains)
             if x.shape[0]:
                 self._add(x, ids)
                 self._idset.add(ids)
@@ -353,14 +370,7 @@ class Index:
         """Remove the given ids (all must be present). Returns how many were removed."""
         ids = as_id_array(ids)
         with self._lock.write():
-            if np.unique(ids).size != ids.size:
-                raise DuplicateIdError("ids to remove must be unique")
-            missing = ~self._idset.contains(ids)
-            if missing.any():
-                raise UnknownIdError(
-                    f"ids to remove must be in the index; {int(missing.sum())} are not, "
-                    f"e.g. id {int(ids[missing][0])}"
-                )
+            check_held(ids, self._idset.contains)
             if ids.size:
                 self._remove(ids)
                 self._idset.remove(ids)

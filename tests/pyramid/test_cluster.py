@@ -15,7 +15,7 @@ import simsearch as ss  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
 from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
-from simsearch.pyramid.datapath import open_router  # noqa: E402
+from simsearch.pyramid.parts import open_router  # noqa: E402
 from simsearch.service.errors import ServiceUnavailableError  # noqa: E402
 
 DIM, K = 16, 10
@@ -192,7 +192,7 @@ def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95():
     fast); out-of-sync replicas are never read; the hedge delay is the recent p95."""
     from types import SimpleNamespace
 
-    from simsearch.pyramid.datapath import ShardPool
+    from simsearch.pyramid.shards import ShardPool
 
     shards = {i: {"id": i, "address": f"127.0.0.1:{1 + i}"} for i in range(3)}  # none listens
     state = FakeState(shards, {"c.p0": {"replicas": [0, 1], "in_sync": [0]},

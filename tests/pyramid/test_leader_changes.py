@@ -69,7 +69,7 @@ def test_a_new_leader_reads_the_log_to_its_tail_before_its_first_write(tmp_path,
         b.start("127.0.0.1:9")
         assert len(b.get("docs").current()) == 0 and not b.is_leader()
         base = rng.standard_normal((200, DIM)).astype(np.float32)
-        with pytest.raises(Exception):  # the leader dies after this write's commit point
+        with pytest.raises(ServiceUnavailableError):  # the leader dies past the commit point
             col.add(base[:100], ids=np.arange(100))
         c.close()
         _until(lambda: b.is_leader() or (_ for _ in ()).throw(RuntimeError("not yet")),

@@ -171,7 +171,7 @@ def test_partition_of_the_leader_host(cluster):
 
 
 def _shard_parts(cl) -> dict[int, list[str]]:
-    from simsearch.pyramid.launcher import cluster_status
+    from simsearch.pyramid.status import cluster_status
 
     st = cluster_status(cl.etcd_url, cl.name)
     return {p["id"]: p["parts"] for p in st["processes"]

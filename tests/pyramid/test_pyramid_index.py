@@ -13,7 +13,8 @@ from simsearch.datasets import synthetic_longtail
 from simsearch.errors import InvalidParameterError
 from simsearch.eval import recall_at_k
 from simsearch.pyramid import PyramidIndex
-from simsearch.pyramid.index import hnsw_level0_graph, undirected_csr
+from simsearch.pyramid.effort import effort_levels
+from simsearch.pyramid.partition import hnsw_level0_graph, undirected_csr
 
 DIM, N, K = 24, 3000, 10
 
@@ -118,7 +119,7 @@ def test_partition_balanced_within_metis_tolerance(data, metric):
     base, _ = data
     p = make(metric, n_centers=64, n_partitions=4)
     p.train(base)
-    sizes = np.bincount(p._nearest_centre(p._centre_space(base)), minlength=64) + 1
+    sizes = np.bincount(p.router.nearest_centre(p.router.centre_space(base)), minlength=64) + 1
     weight = np.bincount(p.part_of_centre, weights=sizes, minlength=4)
     # METIS' default imbalance tolerance is 3% (ufactor 30); a vertex is never split
     assert weight.max() <= 1.03 * weight.sum() / 4 + sizes.max()
@@ -166,7 +167,7 @@ def test_effort_levels_match_reference():
     shares = rng.integers(0, 17, size=(200, 8)).astype(np.float32)
     shares[np.arange(200), rng.integers(0, 8, 200)] += 0.5
     hit = shares > 0
-    np.testing.assert_array_equal(PyramidIndex.effort_levels(shares, hit),
+    np.testing.assert_array_equal(effort_levels(shares, hit),
                                   effort_reference(shares, hit))
 
 
@@ -177,10 +178,9 @@ def test_save_load_remove_and_incremental_adds(data, tmp_path):
     p.add(base[:1000])
     p.add(base[1000:])  # MIPS lists updated incrementally
     p.remove(np.arange(0, 3000, 7))
-    refs, counts = p._refs, p._counts.copy()  # incremental bookkeeping = a full recount
-    p._rebuild_refs()
-    assert p._refs == refs and (counts == p.part_sizes()).all()
-    assert p._copies == {i: set(d) for i, d in refs.items()}
+    r = p.router  # incremental bookkeeping = a full recount
+    assert r.refs == r.recount_refs() and (r.counts == r.part_sizes()).all()
+    assert r.copies == {i: {q for q, _ in d} for i, d in r.refs.items()}
     p.save(tmp_path / "p.idx")
     q = ss.load(tmp_path / "p.idx")
     a, b = p.search(queries, K, branching=5), q.search(queries, K, branching=5)
@@ -200,11 +200,11 @@ def test_save_load_remove_and_incremental_adds(data, tmp_path):
     p3.train(base)
     for s in range(0, 3000, 500):
         p3.add(base[s:s + 500])
-    assert p2._copies == p3._copies
+    assert p2.router.copies == p3.router.copies
 
 
 def test_similarity_edge_weights():
-    from simsearch.pyramid.index import similarity_edge_weights
+    from simsearch.pyramid.partition import similarity_edge_weights
 
     c = np.eye(3, dtype=np.float32)[[0, 0, 1]]  # centres 0 and 1 coincide, 2 is orthogonal
     xadj, adj = np.array([0, 2, 4, 6]), np.array([1, 2, 0, 2, 0, 1])
@@ -249,36 +249,47 @@ def test_store_search_with_per_query_params(data, tmp_path):
 
 
 
-def test_copies_a_lock_free_search_reads_are_replaced_whole(data):
+def committed(index, fn) -> list[dict]:
+    """``fn(draft)`` planned on ``index``, run on its local parts and installed, as a leader
+    would; the records its log would keep."""
+    d = index.draft()
+    fn(d)
+    for p, op, args in d.jobs:
+        getattr(index.parts[p], op)(*args)
+    index.install(d)
+    return d.records
+
+
+def test_a_router_a_search_holds_never_changes(data):
     """The defect (issue 33): a coordinator's router searches without a lock while the leader's
-    log is replayed into it, and ``_commit_add`` changed the MIPS copies' sets in place, so a
-    filtered search iterating one (``_allowed_per_part``) could raise "Set changed size during
-    iteration". Here an iteration is held open across a replayed write that changes that id's
-    copies, deterministically; on the code before it raised exactly that RuntimeError."""
+    log is replayed into it, and replaying changed the MIPS copies' sets in place, so a
+    filtered search iterating one could raise "Set changed size during iteration" (seen on
+    the code before, with an iteration held open across a replayed write). The router is now a
+    value: a search holds one, and a write installs another. Here a search's router is held
+    across replayed writes that add and drop copies: it reads the same placement throughout,
+    its iterations finish, and the follower's new router equals the leader's."""
     base, _ = data
     leader = make("ip")
     leader.train(base)
-    leader.journal = []
-    leader.add(base[:1500])
     follower = make("ip")
     follower.train(base)
-    follower.apply_journal(leader.journal)
+    follower.apply_records(committed(leader, lambda d: d.add(base[:1500])))
     rng = np.random.default_rng(3)
     changed = 0
     for _ in range(40):  # writes whose decisions add and drop MIPS copies
-        leader.journal = []
         ids = rng.choice(np.arange(1500, N), 20, replace=False)
         ids = ids[~leader.contains(ids)]
-        leader.add(base[ids] * rng.uniform(0.5, 3.0), ids=ids)
-        for rec in leader.journal:
-            touched = [int(i) for _, i in np.asarray(rec["copy_drop"]).tolist()
-                       + np.asarray(rec["copy_add"]).tolist()
-                       if follower._copies.get(int(i))]
-            open_iters = [(i, iter(follower._copies[i])) for i in touched]
-            for _, it in open_iters:
-                next(it)
-            follower.apply_journal([rec])
-            for _, it in open_iters:  # a search in the middle of these sets reads on
-                list(it)
-            changed += len(touched)
-    assert changed > 0  # the replayed writes did change copies a search was reading
+        records = committed(leader, lambda d, ids=ids: d.add(base[ids] * rng.uniform(0.5, 3.0),
+                                                              ids))
+        held = follower.router  # what a search in flight reads
+        before = (held.copies.to_dict(), held.home.to_dict(), held.counts.copy())
+        open_iter = held.copies.items()
+        next(open_iter, None)
+        follower.apply_records(records)
+        list(open_iter)  # a search in the middle of the placement reads on
+        assert (held.copies.to_dict(), held.home.to_dict()) == before[:2]
+        np.testing.assert_array_equal(held.counts, before[2])
+        changed += follower.router.copies != held.copies
+    assert changed > 0  # the replayed writes did change the copies
+    assert follower.router.copies == leader.router.copies
+    np.testing.assert_array_equal(follower.router.counts, leader.router.counts)

@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("grpc")
 
-from simsearch.pyramid.datapath import RemotePart  # noqa: E402
+from simsearch.pyramid.parts import RemotePart  # noqa: E402
+from simsearch.pyramid.replication import PartSequences  # noqa: E402
 from simsearch.service.fenced import PartOp  # noqa: E402
 from simsearch.service.store import Store  # noqa: E402
 
@@ -56,15 +57,15 @@ class StoreClient:
         self.store.drop(name)
 
 
-class Router:
-    """What catch_up reads of the router: the committed sequence and the recent commits."""
+class Owner:
+    """What catch_up reads of a router copy: its parts' committed sequences."""
 
     def __init__(self):
-        self.part_seq = np.zeros(1, np.int64)
-        self.history: list = []
+        self.seqs = PartSequences.empty(1)
 
-    def committed_writes(self, part):
-        return self.history[-16:]
+    def commit(self, first: int, through: int, attempt: int) -> None:
+        self.seqs = self.seqs.committed({"parts": [0], "first": [first], "through": [through],
+                                         "ballot": [TERM, attempt]})
 
 
 class Pool:
@@ -92,7 +93,7 @@ class Pool:
     def mark_in_sync(self, name, sid):
         self.in_sync_set.add(sid)
 
-    def mark_out_of_sync(self, name, sid):
+    def mark_out_of_sync(self, name, sid, strict=False):
         self.in_sync_set.discard(sid)
 
 
@@ -102,15 +103,14 @@ def vec(ids):
     return x
 
 
-def write(part, router, sids_prepare, sids_sync, ids, attempt):
+def write(part, owner, sids_prepare, sids_sync, ids, attempt):
     """One committed write of an upsert to the part: prepared on ``sids_prepare``, synced on
     ``sids_sync``, committed in the router."""
-    seq = int(router.part_seq[0]) + 1
+    seq = int(owner.seqs.seq[0]) + 1
     op = PartOp(seq, False, np.asarray(ids, np.int64), vec(ids))
     for s in sids_prepare:
         part.prepare(s, TERM, attempt, [op], 5.0)
-    router.part_seq[0] = seq
-    router.history.append((seq, seq, (TERM, attempt)))
+    owner.commit(seq, seq, attempt)
     for s in sids_sync:
         part.sync(s, TERM, (TERM, attempt), seq, seq)
 
@@ -120,8 +120,9 @@ def setup(tmp_path):
     stores = {s: Store(tmp_path / f"shard{s}") for s in (0, 1)}
     for st in stores.values():
         st.create(NAME, DIM, "l2", "flat", {}, part_replica=True)
-    pool, router = Pool(stores), Router()
-    part = RemotePart(pool, NAME, {}, router, 0)
+    pool, router = Pool(stores), Owner()
+    part = RemotePart(pool, NAME, {}, None, 0)
+    part.owner = router
     pool.parts[NAME] = part
     yield stores, pool, router, part
     for st in stores.values():
@@ -165,8 +166,7 @@ def test_no_current_replica_raises_and_marks_nothing(setup):
     stores, pool, router, part = setup
     write(part, router, [0, 1], [0, 1], [1], attempt=1)
     # committed in the log, but no replica holds the op (a router ahead of every replica)
-    router.part_seq[0] = 2
-    router.history.append((2, 2, (TERM, 9)))
+    router.commit(2, 2, 9)
     pool.in_sync_set.clear()
     with pytest.raises(Exception, match="no replica has applied"):
         part.catch_up(0)
@@ -184,9 +184,10 @@ def test_a_copy_of_a_dropped_incarnation_is_replaced_never_adopted(tmp_path):
     stale = stores[1].create(NAME, DIM, "l2", "flat", {}, part_replica=True, incarnation="01d")
     stale.part_prepare(TERM, 1, [PartOp(1, False, np.arange(1000, 1050), vec(range(1000, 1050)))])
     stale.part_sync(TERM, (TERM, 1), 1, 1)  # the dropped collection's items
-    pool, router = Pool(stores), Router()
+    pool, router = Pool(stores), Owner()
     config = {"dim": DIM, "metric": "l2", "kind": "flat", "params": {}, "incarnation": "2e3"}
-    part = RemotePart(pool, NAME, config, router, 0)
+    part = RemotePart(pool, NAME, config, None, 0)
+    part.owner = router
     pool.parts[NAME] = part
     part.ensure()  # shard 0 gets a new copy; shard 1's is another incarnation's
     assert pool.in_sync_set == {0}

@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 from simsearch.index import Index, Searchable
-from simsearch.pyramid.coordinator import ClusterCollection, Coordinator
-from simsearch.pyramid.datapath import RemotePart
+from simsearch.pyramid.collection import ClusterCollection
+from simsearch.pyramid.coordinator import Coordinator
+from simsearch.pyramid.parts import RemotePart
 from simsearch.service.client import RemoteCollection
 from simsearch.service.protocols import BlobStore, CollectionStore, PartReplica, ServedCollection
 from simsearch.service.store import Collection, Store

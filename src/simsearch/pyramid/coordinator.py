@@ -15,39 +15,31 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
-import hashlib
 import itertools
 import json
 import logging
 import threading
 import time
 import uuid
-from typing import Any
 
 import numpy as np
 
-from .. import _faults
-from ..errors import InvalidParameterError, SimsearchError
-from ..index import SearchResult, as_id_array, as_matrix
+from ..errors import InvalidParameterError
 from ..service.errors import (
     CollectionExistsError,
     CollectionNotFoundError,
     ServiceUnavailableError,
 )
-from . import routerlog
+from .collection import ClusterCollection
 from .control.election import Election
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare, Etcd, tls_from_args
-from .control.placement import next_move, place
 from .control.state import ClusterState
-from .datapath import DEADLINE, ShardPool, load_router
+from .rebalance import Rebalancing
+from .shards import ShardPool
 
 log = logging.getLogger(__name__)
 
-#: router log records between two router checkpoints (a checkpoint bounds replay at take-over)
-CHECKPOINT_EVERY = 200
-#: seconds a write waits at most for a running checkpoint (see _wait_for_checkpoint)
-CHECKPOINT_WAIT = 30.0
 #: seconds a drop waits for each part copy's deletion before leaving it to orphan clean-up
 DROP_TIMEOUT = 2.0
 #: and at most this many bytes of log records between two (etcd keeps the history of every
@@ -59,496 +51,7 @@ REPLACE_AFTER = 30.0
 REBALANCE_INTERVAL = 0.5
 
 
-def _log_key(name: str, seq: int) -> str:
-    return f"log/{name}/{seq:012d}"
-
-
-def _attributes_by_id(attributes: dict | None, ids: Any):
-    """For a write's attributes ({name: one value per row}) and the ids its rows got: a
-    function from a part op's ids to their attributes (None without attributes)."""
-    if not attributes or ids is None:
-        return None
-    row = {int(i): r for r, i in enumerate(np.asarray(ids).tolist())}
-
-    def of(part_ids: np.ndarray) -> dict:
-        rows = [row.get(int(i)) for i in part_ids.tolist()]
-        return {name: [None if r is None else vals[r] for r in rows]
-                for name, vals in attributes.items()}
-
-    return of
-
-
-class ClusterCollection:
-    """One collection as a coordinator serves it: a router copy, current to log record
-    ``applied`` (a ServedCollection, service.protocols; part writes go to shard servers)."""
-
-    part_replica = False
-
-    def __init__(self, coord: Coordinator, name: str, config: dict):
-        self.coord, self.name, self.config = coord, name, config
-        self.router = None
-        self.applied = 0
-        self.checkpoint_seq = 0
-        self.log_bytes = 0  # log record bytes appended since the last checkpoint
-        self.write_lock = threading.RLock()  # the leader's writes, and log replay, one at a time
-        #: the leader term whose take-over this collection finished (see ``take_over``)
-        self.ready_term: int | None = None
-        self._checkpointing = False
-        self._checkpoint_idle = threading.Event()
-        self._checkpoint_idle.set()
-
-    # -- the router copy --------------------------------------------------------------------
-
-    def _new_router(self):
-        from .index import PyramidIndex
-
-        c = self.config
-        r = PyramidIndex(c["dim"], c["metric"], **c["params"])
-        r.part_prefix = self.name
-        r.part_schema = c.get("schema")
-        r.part_incarnation = c.get("incarnation", "")
-        r.parts_factory = self.coord.pool.make_parts
-        return r
-
-    def _load_checkpoint(self, meta: dict) -> None:
-        data = None
-        for sid in meta["holders"]:
-            try:
-                data = self.coord.pool.client(sid).get_blob(meta["blob"])
-                break
-            except Exception as exc:  # try the next holder
-                log.warning("%s: router checkpoint %s not read from shard %d: %s", self.name,
-                            meta["blob"], sid, exc)
-        if data is None:
-            raise ServiceUnavailableError(
-                f"{self.name}: no shard holding router checkpoint {meta['blob']} answered; retry")
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-            raise ServiceUnavailableError(f"{self.name}: router checkpoint checksum mismatch")
-        router = load_router(data, self.coord.pool, part_schema=self.config.get("schema"),
-                             part_incarnation=self.config.get("incarnation", ""))
-        router.part_prefix = self.name
-        self.router, self.applied = router, int(meta["seq"])
-        self.checkpoint_seq = self.applied
-
-    def catch_up(self) -> None:
-        """Apply the log records this copy has not seen (loading the checkpoint when the log
-        was compacted past them, or on first use)."""
-        with self.write_lock:
-            meta = self.coord.etcd.get(f"router/{self.name}")[0]
-            meta = json.loads(meta) if meta else None
-            if self.router is None or (meta and meta["seq"] > self.applied):
-                if meta is None:
-                    self.router, self.applied = self._new_router(), 0
-                else:
-                    self._load_checkpoint(meta)
-                if self.coord.is_leader():  # replicas may hold commits this copy logged but
-                    self.coord.reconcile()  # never applied (a write whose append was unknown)
-            recs = self.coord.etcd.get_from(f"log/{self.name}/",
-                                            _log_key(self.name, self.applied + 1))
-            for key, value, _ in recs:
-                seq = int(key.rsplit("/", 1)[1])
-                if seq != self.applied + 1:  # compacted under us: start from the checkpoint
-                    self._drop_router()
-                    return self.catch_up()
-                self.router.apply_journal(routerlog.decode(value))
-                self.applied = seq
-            # the leader's catch-ups read the committed sequences of the parts registered here:
-            # only a copy current to the log's end may serve them
-            self.coord.pool.register(self.router)
-
-    def current(self):
-        if self.router is None:
-            self.catch_up()
-        return self.router
-
-    def invalidate(self) -> None:
-        """Drop the copy (it may be ahead of the log after a failed append); reload on use."""
-        with self.write_lock:
-            self._drop_router()
-
-    def _drop_router(self) -> None:
-        """Forget the router copy, and take its parts out of recovery's hands: recovery brings
-        replicas to the sequences the log committed, which a dropped copy may be ahead of."""
-        if self.router is not None:
-            self.coord.pool.unregister(self.router)
-        self.router = None
-        self.ready_term = None  # a leader takes over again before its next write
-
-    def take_over(self, term: int) -> None:
-        """The barrier before a new leader's first write to this collection: its router read
-        to the log's tail (its predecessor's last records included: their appends were fenced by
-        an election that has ended, so none can land after this read), then every replica that
-        is up fenced at ``term`` and brought to its part's committed sequence; one that cannot
-        be is marked out of sync. Without it a stale copy numbers its part ops from a stale
-        sequence and replaces committed ops the replicas hold prepared."""
-        from .datapath import RouterBehindError
-
-        with self.write_lock:
-            if self.ready_term == term:
-                return
-            self.catch_up()
-            pool = self.coord.pool
-            for part in self.router.parts if self.router.is_trained else ():
-                for sid in part.shards:
-                    if not pool.up.get(sid):
-                        continue  # recovered when it returns
-                    try:
-                        part.catch_up(sid)
-                    except RouterBehindError:
-                        raise
-                    except Exception as exc:
-                        log.warning("%s on shard %d not current at take-over: %s", part.name,
-                                    sid, exc)
-                        pool.mark_out_of_sync(part.name, sid)
-            self.ready_term = term
-
-    def leader_router(self):
-        """The router a leader writes through: current to the log's tail (``take_over``)."""
-        coord = self.coord
-        term = coord.term()
-        if self.ready_term != term:
-            self.take_over(term)
-        return self.current()
-
-    # -- the leader's writes ----------------------------------------------------------------
-
-    def _append(self, records: list[dict]) -> None:
-        """Make a write's decisions durable: one log record, fenced by the election. Raises
-        (and drops this copy, which is now ahead of the log) if it did not land."""
-        coord = self.coord
-        # the part sequences advance only once committed: a catch-up meanwhile must never apply
-        # ops the log may not hold
-        seqs = [r for r in records if r["op"] == "seq"]
-        try:
-            data = routerlog.encode(records)
-            seq = self.applied + 1
-            if data is None:  # too big for etcd: a checkpoint carries this write instead
-                self.router.apply_journal(seqs)
-                self._checkpoint_locked(seq)
-            elif not coord.etcd.cas([*coord.fence(),
-                                     Compare.absent(_log_key(self.name, seq))],
-                                    {_log_key(self.name, seq): data}):
-                raise NotLeaderError("the write's log record was refused: this coordinator is "
-                                     "no longer the leader; retry")
-            else:
-                self.router.apply_journal(seqs)
-                self.log_bytes += len(data)
-                coord.log_bytes += len(data)
-            self.applied = seq
-        except (CoordinationError, SimsearchError):
-            self._drop_router()
-            raise
-        due = self.applied - self.checkpoint_seq >= CHECKPOINT_EVERY or \
-            self.log_bytes >= coord.checkpoint_log_bytes
-        if due and not self._checkpointing:
-            self._checkpointing = True
-            self._checkpoint_idle.clear()
-            threading.Thread(target=self._background_checkpoint, daemon=True).start()
-
-    def _background_checkpoint(self) -> None:
-        try:
-            with self.write_lock:
-                seq, data = self.applied, self._router_bytes()
-            self._put_checkpoint(seq, data)
-        except Exception as exc:
-            log.warning("%s: router checkpoint failed: %s", self.name, exc)
-        finally:
-            self._checkpointing = False
-            self._checkpoint_idle.set()
-
-    def _wait_for_checkpoint(self) -> None:
-        """Backpressure: while a checkpoint runs and the log has grown to twice
-        ``--checkpoint-log-bytes`` since the last one, a new write waits for it to end, so
-        etcd's history between two compactions stays bounded however fast writes come."""
-        if self._checkpointing and self.log_bytes >= 2 * self.coord.checkpoint_log_bytes:
-            self._checkpoint_idle.wait(CHECKPOINT_WAIT)
-
-    def _router_bytes(self) -> bytes:
-        return self.router.to_bytes()
-
-    def _checkpoint_locked(self, seq: int) -> None:
-        self._put_checkpoint(seq, self._router_bytes())
-
-    def _put_checkpoint(self, seq: int, data: bytes) -> None:
-        """Store the router as of log record ``seq`` on its holders, then point etcd at it
-        (fenced) and drop the log records it covers and the older blob."""
-        coord = self.coord
-        blob = f"{self.name}.router.{seq}"
-        holders = []
-        for sid in coord.checkpoint_holders():
-            try:
-                coord.pool.client(sid).put_blob(blob, data)
-                holders.append(sid)
-            except Exception as exc:
-                log.warning("%s: checkpoint not stored on shard %d: %s", self.name, sid, exc)
-        if not holders:
-            raise ServiceUnavailableError(f"{self.name}: no shard took the router checkpoint")
-        key = f"router/{self.name}"
-        old, rev = coord.etcd.get(key)
-        old = json.loads(old) if old else None
-        meta = {"seq": seq, "blob": blob, "sha256": hashlib.sha256(data).hexdigest(),
-                "size": len(data), "holders": holders}
-        if not coord.etcd.cas([*coord.fence(), Compare.mod(key, rev)],
-                              {key: json.dumps(meta)}):
-            raise NotLeaderError("router checkpoint refused: no longer the leader")
-        self.checkpoint_seq = max(self.checkpoint_seq, seq)
-        self.log_bytes = 0
-        coord.etcd.delete_range(f"log/{self.name}/", _log_key(self.name, seq + 1))
-        coord.compact()
-        if old:
-            for sid in old["holders"]:
-                if old["blob"] == blob and sid in holders:
-                    continue  # the same checkpoint written again (moved off a leaving shard)
-                with contextlib.suppress(Exception):
-                    coord.pool.client(sid).delete_blob(old["blob"])
-        log.info("%s: router checkpoint at log record %d (%d bytes on shards %s)", self.name,
-                 seq, len(data), holders)
-
-    def _write(self, fn, deadline: float | None = None, attributes: dict | None = None):
-        """One write on the leader: ``fn(router)`` plans it on the router copy (in memory,
-        briefly under the router's own lock, so searches go on), then the parts take it in two
-        fenced phases around the log append (``_replicate``). A write that fails anywhere
-        drops the copy, which reloads from the checkpoint and the log."""
-        coord = self.coord
-        coord.require_leader()
-        self._wait_for_checkpoint()  # before the lock: the checkpoint needs it briefly
-        with self.write_lock:
-            router = self.leader_router()
-            router.journal, router.defer_writes = [], []
-            try:
-                out = fn(router)
-            except BaseException:
-                if router.journal:  # planning changed the copy before it failed
-                    self._drop_router()
-                raise
-            finally:
-                records, jobs = router.journal, router.defer_writes
-                router.journal = router.defer_writes = None
-            if records:
-                try:
-                    self._replicate(router, records, jobs, deadline,
-                                    _attributes_by_id(attributes, out))
-                except BaseException:
-                    self._drop_router()
-                    raise
-            return out
-
-    def _replicate(self, router, records: list[dict], jobs: list, deadline: float | None,
-                   attributes_of=None) -> None:
-        """Phase one: every in-sync replica of each part concerned prepares the part's ops
-        (numbered by part sequence, under this leader's ballot); a part that no replica
-        prepared aborts the write (nothing applied anywhere). Commit: the routing decisions and
-        the sequences go to the router log (fenced by the election). Phase two: the replicas
-        that prepared apply the ops; one that missed either phase is marked out of sync and
-        caught up in the background (docs/cluster.md, "Writes")."""
-        from ..service.fenced import PartOp
-
-        coord = self.coord
-        term, attempt = coord.term(), coord.next_attempt()
-        by_part: dict[int, list] = {}
-        for p, op, args in jobs:
-            ops = by_part.setdefault(p, [])
-            seq = int(router.part_seq[p]) + len(ops) + 1
-            ops.append(PartOp(seq, True, args[0]) if op == "remove" else PartOp(
-                seq, False, args[1], args[0],
-                attributes_of(args[1]) if attributes_of is not None else None))
-        parts = {p: router.parts[p] for p in sorted(by_part)}
-        timeout = coord.pool.timeout if deadline is None else max(
-            0.05, min(coord.pool.timeout, deadline - time.monotonic()))
-        with contextlib.ExitStack() as locks:
-            for part in parts.values():  # in part order: no two writers wait on each other
-                locks.enter_context(part.write_lock)
-            targets = {p: [s for s in part.shards if coord.pool.in_sync(part.name, s)]
-                       for p, part in parts.items()}
-            prepared = self._on_replicas(
-                parts, targets, lambda p, part, sid: part.prepare(sid, term, attempt,
-                                                                  by_part[p], timeout))
-            need = coord.min_insync_replicas()
-            for p, part in parts.items():
-                if len(prepared[p]) < need:  # nothing committed: the prepares never apply
-                    raise ServiceUnavailableError(
-                        f"{len(prepared[p])} replica(s) of part {part.name} took the write "
-                        f"(shards {sorted(prepared[p])} of the in-sync {targets[p]}), fewer "
-                        f"than --min-insync-replicas {need}; nothing was applied; retry")
-            seq_rec = {"op": "seq", "parts": np.asarray(list(parts), np.int64),
-                       "first": np.asarray([by_part[p][0].pseq for p in parts], np.int64),
-                       "through": np.asarray([by_part[p][-1].pseq for p in parts], np.int64),
-                       "ballot": np.asarray([term, attempt], np.int64)}
-            self._append([*records, seq_rec])  # the commit point
-            _faults.point("write:committed")
-            ballot = (term, attempt)
-            synced = self._on_replicas(
-                parts, prepared, lambda p, part, sid: part.sync(
-                    sid, term, ballot, by_part[p][0].pseq, by_part[p][-1].pseq, timeout))
-            for p, part in parts.items():
-                through = by_part[p][-1].pseq
-                current = [s for s, st in synced[p].items() if st["applied"] == through]
-                for sid in targets[p]:
-                    if sid not in current:  # missed a phase: no reads until it caught up
-                        if sid in synced[p]:
-                            log.warning("%s on shard %d applied %d after the sync of [%d, %d]",
-                                        part.name, sid, synced[p][sid]["applied"],
-                                        by_part[p][0].pseq, through)
-                        # recorded before the answer, or no answer: a leader deposed
-                        # meanwhile cannot record it and must not acknowledge (the write is
-                        # committed; the new leader's take-over repairs the replica)
-                        coord.pool.mark_out_of_sync(part.name, sid, strict=True)
-                        coord.pool.mark_down(sid)
-
-    def _on_replicas(self, parts: dict, targets: dict, call) -> dict[int, dict[int, dict]]:
-        """``call(p, part, sid)`` on every target replica at once; ``{p: {sid: answer}}`` of
-        those that answered. A replica that refuses the leader's term means a newer leader
-        exists: NotLeaderError."""
-        from ..service.errors import StaleTermError
-
-        pool = self.coord.pool
-        futs = {(p, sid): pool.executor.submit(contextvars.copy_context().run, call, p, part, sid)
-                for p, part in parts.items() for sid in targets[p]}
-        pending = set(futs.values())
-        while pending:  # a leader that loses its lease meanwhile abandons the write at once
-            _, pending = concurrent.futures.wait(pending, timeout=0.1)
-            if pending and not self.coord.is_leader():
-                for f in pending:
-                    f.cancel()
-                raise NotLeaderError("this coordinator lost its lease with part writes in "
-                                     "flight; they were abandoned (none can commit); retry")
-        out: dict[int, dict[int, dict]] = {p: {} for p in parts}
-        stale = None
-        for (p, sid), f in futs.items():
-            try:
-                out[p][sid] = f.result()
-            except StaleTermError as exc:
-                stale = exc
-            except Exception as exc:  # a replica that did not answer: judged by the caller
-                log.warning("part write to %s on shard %d failed: %r", parts[p].name, sid, exc)
-        if stale is not None:
-            raise NotLeaderError(f"a shard refused this leader's term: {stale}")
-        return out
-
-    # -- the store collection surface (what the servicer calls) -----------------------------
-
-    def _on(self, client):
-        """This collection on another coordinator (no describe round trip)."""
-        c = self.config
-        return client.collection_handle(self.name, c["dim"], c["metric"], c["kind"])
-
-    def describe(self) -> dict[str, Any]:
-        r = self.current()
-        c = self.config
-        return {"name": self.name, "dim": c["dim"], "metric": c["metric"], "kind": c["kind"],
-                "params": c["params"], "count": len(r), "trained": r.is_trained,
-                "needs_training": True, "supports_remove": True,
-                "search_params": sorted(r.search_params), "schema": c.get("schema") or {}}
-
-    def stats(self) -> dict[str, Any]:
-        r = self.router
-        return {"damaged": False, "items": len(r) if r is not None else 0, "wal_bytes": 0,
-                "snapshot_time": time.time()}
-
-    def search(self, q: Any, k: int, params: dict, deadline: float | None = None
-               ) -> SearchResult:
-        """``where`` goes to every asked part, which answers it from its attributes."""
-        self.coord.require_etcd()
-        token = DEADLINE.set(deadline)
-        try:
-            out = self.current().search(q, k, **params)
-            self.coord.queries += len(out.ids)
-            return out
-        finally:
-            DEADLINE.reset(token)
-
-    def _route(self, write, remote, idempotent: bool, deadline: float | None,
-               attributes: dict | None = None):
-        """Run ``write(router)`` here if this coordinator leads, else forward ``remote`` to the
-        leader and then catch up with the log (so this coordinator reads its own writes)."""
-        def forwarded(client):
-            out = remote(self._on(client))
-            self.catch_up()
-            return out
-
-        return self.coord.forward(forwarded,
-                                  local=lambda: self._write(write, deadline, attributes),
-                                  idempotent=idempotent, deadline=deadline)
-
-    def add(self, x, ids=None, upsert: bool = False, deadline: float | None = None,
-            attributes: dict | None = None):
-        def write(router):
-            xs = as_matrix(x, router.dim, router.metric)
-            if upsert and ids is not None:
-                arr = as_id_array(ids)
-                present = arr[router.contains(arr)]
-                if present.size:
-                    router.remove(present)
-                return router.add(xs, arr)
-            return router.add(xs, ids)
-
-        return self._route(write, lambda col: col.add(x, ids, upsert=upsert,
-                                                      attributes=attributes),
-                           upsert and ids is not None, deadline, attributes)
-
-    def remove(self, ids, deadline: float | None = None, missing_ok: bool = False) -> int:
-        def write(router):
-            arr = as_id_array(ids)
-            if missing_ok:
-                arr = arr[router.contains(arr)]
-            return router.remove(arr)
-
-        return self._route(write, lambda col: col.remove(ids, missing_ok=missing_ok),
-                           missing_ok, deadline)
-
-    def train(self, x, deadline: float | None = None, **options: Any) -> None:
-        if options:  # fit options belong to string collections, which clusters do not hold
-            raise InvalidParameterError(
-                f"a cluster collection trains on vectors alone; got options {sorted(options)}")
-        coord = self.coord
-        if not coord.is_leader():
-            coord.forward(lambda c: self._on(c).train(x))
-            self.catch_up()
-            return
-        coord.require_leader()
-        with self.write_lock:
-            router = self.leader_router()
-            coord.place_collection(self.name, router.n_parts)
-            router.train(x)  # RetrainNonEmptyError if it holds items
-            seq = self.applied + 1
-            try:
-                self._checkpoint_locked(seq)  # the trained model is durable before we answer
-            except Exception:
-                self._drop_router()
-                raise
-            self.applied = seq
-            coord.pool.register(router)
-
-    def snapshot(self, deadline: float | None = None) -> int:
-        """A router checkpoint now (on the leader)."""
-        if not self.coord.is_leader():
-            return self.coord.forward(lambda c: self._on(c).snapshot())
-        self.coord.require_leader()
-        with self.write_lock:
-            r = self.leader_router()
-            if r.is_trained and self.applied > self.checkpoint_seq:
-                self._checkpoint_locked(self.applied)
-            return len(r)
-
-    def move_checkpoint(self) -> None:
-        """Write the router's checkpoint again, onto the shards that take checkpoints now (the
-        leader, before it retires a drained shard that holds one)."""
-        with self.write_lock:
-            r = self.leader_router()
-            if r.is_trained:
-                self._checkpoint_locked(self.applied)
-
-    def export(self, deadline: float | None = None) -> tuple[dict, bytes]:
-        """The collection's config and its router's file (``open_router``)."""
-        with self.write_lock:
-            self.current()
-            return self.config, self._router_bytes()
-
-    def close(self) -> None:
-        self._drop_router()
-
-
-class Coordinator:
+class Coordinator(Rebalancing):
     """One coordinator: its etcd session, election, cluster state, shard pool and routers.
     Also the ``store`` the node's servicer serves (a CollectionStore, service.protocols: no
     blobs, metrics of its own)."""
@@ -823,41 +326,10 @@ class Coordinator:
                 self.pool.client(sid).delete_blob(router_meta["blob"])
 
     def collect(self):
-        """Prometheus metrics of this coordinator (docs/service.md, "Metrics"): its role,
-        shards up, the fan-out, hedges, out-of-sync replicas and part latency."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        """Prometheus metrics of this coordinator (docs/service.md, "Metrics")."""
+        from .metrics import collect
 
-        pool = self.pool
-        leader = GaugeMetricFamily("simsearch_pyramid_leader", "1 while this coordinator leads")
-        leader.add_metric([], 1.0 if self.is_leader() else 0.0)
-        up = GaugeMetricFamily("simsearch_pyramid_shards_up", "shards answering health checks")
-        up.add_metric([], float(sum(bool(v) for v in pool.up.values())))
-        queries = CounterMetricFamily("simsearch_pyramid_queries", "queries searched here")
-        queries.add_metric([], float(self.queries))
-        fanout = CounterMetricFamily(
-            "simsearch_pyramid_query_parts",
-            "(query, part) pairs asked; divided by simsearch_pyramid_queries: the fan-out")
-        fanout.add_metric([], float(pool.query_parts))
-        hedges = CounterMetricFamily("simsearch_pyramid_hedges", "hedged part calls sent")
-        hedges.add_metric([], float(pool.hedges))
-        log_bytes = CounterMetricFamily("simsearch_pyramid_router_log_bytes",
-                                        "router log bytes this coordinator wrote to etcd as leader")
-        log_bytes.add_metric([], float(self.log_bytes))
-        compactions = CounterMetricFamily("simsearch_pyramid_etcd_compactions",
-                                          "etcd compactions after router checkpoints")
-        compactions.add_metric([], float(self.compactions))
-        stale = GaugeMetricFamily("simsearch_pyramid_replicas_out_of_sync",
-                                  "part replicas not in sync (no reads until re-copied)",
-                                  labels=["collection"])
-        for name in self.names():
-            parts = self.state.part_map(name).get("parts", {})
-            stale.add_metric([name], float(sum(len(set(e["replicas"]) - set(e["in_sync"]))
-                                               for e in parts.values())))
-        p95 = GaugeMetricFamily("simsearch_pyramid_part_latency_p95_seconds",
-                                "p95 of a part's recent calls (its hedge delay)", labels=["part"])
-        for part in sorted(pool.parts):
-            p95.add_metric([part], pool.hedge_delay(part))
-        yield from (leader, up, queries, fanout, hedges, log_bytes, compactions, stale, p95)
+        return collect(self)
 
     def import_collection(self, name: str, config: dict, data: bytes):
         raise InvalidParameterError(
@@ -889,7 +361,7 @@ class Coordinator:
         for name in names:
             with self._lock:
                 col = self._collections.get(name)
-            if col is not None and col.router is not None:
+            if col is not None and col.index is not None:
                 try:
                     col.catch_up()
                 except Exception as exc:
@@ -908,33 +380,6 @@ class Coordinator:
                 threading.Thread(target=col.catch_up, daemon=True).start()
         if key.startswith(("shards/", "draining/")):
             self._wake.set()
-
-    # -- placement (the leader) -------------------------------------------------------------
-
-    def active_shards(self) -> list[int]:
-        draining, retired = self.state.draining(), self.state.retired()
-        return sorted(s for s in self.state.shards() if s not in draining | retired)
-
-    def checkpoint_holders(self) -> list[int]:
-        """Where router checkpoints go: up to three live shards (replication beyond one)."""
-        live = [s for s in self.active_shards() if self.pool.up.get(s)] or self.active_shards()
-        return live[: max(3, self.state.replicas)]
-
-    def place_collection(self, name: str, n_parts: int) -> None:
-        """Give a collection's parts their replicas (once, before training)."""
-        parts = [f"{name}.p{j}" for j in range(n_parts)]
-
-        def edit(m):
-            if m and set(m.get("parts", {})) == set(parts):
-                return None
-            others = {p: r for p, r in self.state.all_parts().items()
-                      if not p.startswith(f"{name}.p")}
-            cmap = place(parts, self.state.replicas, self.active_shards(), others)
-            entry = {p: {"replicas": r, "in_sync": list(r)} for p, r in cmap.items()}
-            return {f"map/{name}": {"epoch": int((m or {}).get("epoch", 0)) + 1,
-                                    "parts": entry}}, []
-
-        self.state.change(self.fence, [f"map/{name}"], edit)
 
     def _leader_loop(self) -> None:
         was = False
@@ -968,95 +413,6 @@ class Coordinator:
         this leader's term, apply the commits they missed, re-copy the stale ones."""
         for sid in self.state.shards():
             self.pool.recover(sid)
-
-    def _rebalance_step(self) -> None:
-        now = time.monotonic()
-        registered = self.state.shards()
-        cmap = self.state.all_parts()
-        for sids in cmap.values():
-            for s in sids:
-                if s not in registered:
-                    self._since_unregistered.setdefault(s, now)
-        for s in list(self._since_unregistered):
-            if s in registered:
-                del self._since_unregistered[s]
-        gone = {s for s, t in self._since_unregistered.items() if now - t > self.replace_after}
-        draining = self.state.draining() | gone
-        active = [s for s in self.active_shards() if self.pool.up.get(s)]
-        for sid in self.pool.stale_replicas() & set(active):  # retry catch-ups that failed
-            self.pool.recover(sid)
-        move = next_move(cmap, active, draining)
-        if move is not None:
-            self._move(move)
-            self._wake.set()  # the next move at once
-            return
-        for s in self.state.draining():  # drained: tell it to stop
-            if any(s in r for r in cmap.values()) or s in self.state.retired():
-                continue
-            if self._checkpoints_moved_off(s):  # never retire the last copy of a router
-                self.state.change(self.fence, [f"retired/{s}"],
-                                  lambda v, s=s: None if v else ({f"retired/{s}": "1"}, []))
-                log.warning("shard %d drained and retired", s)
-
-    def _checkpoints_moved_off(self, sid: int) -> bool:
-        """Checkpoint again every router whose checkpoint shard ``sid`` holds (onto the shards
-        that take checkpoints now, which a draining shard is not); True once none is left on
-        it."""
-        moved = True
-        for name in self.names():
-            meta = self.state.refresh(f"router/{name}")[0]
-            if meta and sid in meta.get("holders", []):
-                try:
-                    self.get(name).move_checkpoint()
-                    log.warning("%s: router checkpoint moved off draining shard %d", name, sid)
-                except Exception as exc:
-                    log.warning("%s: could not move the router checkpoint off shard %d: %s",
-                                name, sid, exc)
-                    moved = False
-        return moved
-
-    def _move(self, move) -> None:
-        """Copy a current part replica to its new shard under the part's write lock (writes
-        to that part wait; searches go on), switch the map (reads and writes go to the new
-        copy), then drop the old copy."""
-        name = move.part.rsplit(".p", 1)[0]
-        self.get(name).current()  # the part objects exist once the router is loaded
-        part = self.pool.parts.get(move.part)
-        if part is None:
-            log.warning("cannot move %s: its collection is not trained", move.part)
-            return
-        t0 = time.monotonic()
-        with part.write_lock:
-            e = self.state.part_entry(move.part)
-            sources = [s for s in e["in_sync"] if self.pool.up.get(s)]
-            sources.sort(key=lambda s: s != move.source)
-            if not sources:
-                log.warning("cannot move %s: no in-sync replica is up", move.part)
-                return
-            term = self.term()
-            if part.bring_up_to_date(sources[0], term) != part.committed():
-                log.warning("cannot move %s yet: shard %d has not applied every write",
-                            move.part, sources[0])
-                return
-            config, data = self.pool.client(sources[0]).export_collection(move.part)
-            config["fence_term"] = term
-            self.pool.client(move.target).import_collection(move.part, config, data)
-
-            def switch(e):
-                if move.source not in e["replicas"] or move.target in e["replicas"]:
-                    return None
-                e["replicas"] = sorted([s for s in e["replicas"] if s != move.source]
-                                       + [move.target])
-                e["in_sync"] = sorted([s for s in e["in_sync"] if s != move.source]
-                                      + [move.target])
-                return e
-
-            self.state.update_part(self.fence, move.part, switch)
-        self.pool.up.setdefault(move.target, True)
-        with contextlib.suppress(Exception):
-            self.pool.client(move.source).drop_collection(move.part)
-        log.warning("moved %s from shard %d to shard %d (%d bytes, %.2f s)", move.part,
-                    move.source, move.target, len(data), time.monotonic() - t0)
 
 
 def run_coordinator(args) -> int:

@@ -1,5 +1,6 @@
 """The router's replicated log (docs/cluster.md, "Routers"): a write's routing decisions
-(``PyramidIndex.journal`` records) as compact bytes for an etcd value, and back.
+(the records of ``router.Decision``: what ``Router.apply`` applies) as compact bytes for an
+etcd value, and back.
 
 A record holds ids, home parts, MIPS copy changes and the changed MIPS list rows; never vectors,
 so a batch of 1,000 L2 items is ~16 KB. ``encode`` returns None when the records would not fit

@@ -15,7 +15,6 @@ happens; library exceptions never leak.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,6 +22,16 @@ from dataclasses import dataclass
 
 from ...errors import InvalidParameterError, SimsearchError
 from .errors import CoordinationError
+from .etcd_settings import (  # noqa: F401  (re-exported: the members' settings of etcd)
+    SAFE_ETCD,
+    EtcdTLS,
+    UnsafeEtcdError,
+    parse_etcd_version,
+    tls_from_args,
+    version_is_safe,
+)
+from .leases import Lease, Registration, as_bytes, lease_id
+from .watch import WatchEvent, _PrefixWatch
 
 log = logging.getLogger(__name__)
 
@@ -43,62 +52,6 @@ _CHANNEL_OPTIONS = [
 _ENDPOINT_RETRY_S = 0.5
 # How many times a call waits that long when the library shuns every endpoint at once.
 _SHUNNED_WAITS = 2
-
-
-#: etcd's own changelog: 3.5.0-3.5.2 can corrupt data under load; 3.4.22+ and 3.5.6+ are the
-#: releases it recommends for production
-SAFE_ETCD = "3.4.22+ in 3.4, 3.5.6+ in 3.5, or any later line"
-
-
-class UnsafeEtcdError(SimsearchError, RuntimeError):
-    """The etcd server is at a version its maintainers call unsafe for production."""
-
-
-def parse_etcd_version(text: str) -> tuple[int, ...]:
-    """``(3, 4, 23)`` from "3.4.23" or from ``etcd --version`` output ("etcd Version: 3.4.23")."""
-    import re
-
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    if m is None:
-        raise ValueError(f"no etcd version in {text[:200]!r}")
-    return tuple(int(g) for g in m.groups())
-
-
-def version_is_safe(v: tuple[int, ...]) -> bool:
-    """See SAFE_ETCD."""
-    return (3, 4, 22) <= v < (3, 5, 0) or v >= (3, 5, 6)
-
-
-@dataclass(frozen=True)
-class EtcdTLS:
-    """TLS to etcd with client certificates (PEM file paths). For a client: ``ca`` signed the
-    server's certificate, ``cert``/``key`` are this member's client certificate. For
-    ``LocalEtcd``: ``cert``/``key`` are the server's (also used for its own health check, so give
-    them client-auth use too), ``ca`` signs the certificates of the clients it accepts."""
-
-    ca: str
-    cert: str
-    key: str
-
-    def credentials(self):
-        import grpc
-
-        def read(path: str) -> bytes:
-            with open(path, "rb") as f:
-                return f.read()
-
-        return grpc.ssl_channel_credentials(read(self.ca), read(self.key), read(self.cert))
-
-
-def tls_from_args(args) -> EtcdTLS | None:
-    """The ``--etcd-ca/--etcd-cert/--etcd-key`` of a command line (all three, or none)."""
-    files = [getattr(args, k, None) for k in ("etcd_ca", "etcd_cert", "etcd_key")]
-    if not any(files):
-        return None
-    if not all(files):
-        raise InvalidParameterError("TLS to etcd needs all of --etcd-ca, --etcd-cert and "
-                                    "--etcd-key")
-    return EtcdTLS(*files)
 
 
 # ---------------------------------------------------------------------------------------- client
@@ -129,22 +82,7 @@ class Compare:
 
     @classmethod
     def value_eq(cls, key: str, value: bytes | str) -> Compare:
-        return cls(key, "value", _b(value))
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """A change under a watched prefix. ``key`` is relative to the client's prefix; ``value`` is
-    None for deletes."""
-
-    kind: str  # "put" or "delete"
-    key: str
-    value: bytes | None
-    mod_revision: int
-
-
-def _b(value: bytes | str) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
+        return cls(key, "value", as_bytes(value))
 
 
 def _parse_endpoint(ep: str, tls: bool = False) -> tuple[str, int]:
@@ -327,7 +265,7 @@ class Etcd:
     def put(self, key: str, value: bytes | str, lease: Lease | int | None = None) -> int:
         """Unconditional put; returns the new revision."""
         resp = self._call(
-            f"put {key}", self._client.put, self.full(key), _b(value), lease=_lease_id(lease)
+            f"put {key}", self._client.put, self.full(key), as_bytes(value), lease=lease_id(lease)
         )
         return int(resp.header.revision)
 
@@ -346,7 +284,8 @@ class Etcd:
             self._client.transaction,
             retry=False,
             compare=[self._tx.version(full) == 0],
-            success=[self._tx.put(full, _b(value), lease=_lease_id(lease)), self._tx.get(full)],
+            success=[self._tx.put(full, as_bytes(value), lease=lease_id(lease)),
+                     self._tx.get(full)],
             failure=[self._tx.get(full)],
         )
         kvs = responses[-1]
@@ -384,8 +323,8 @@ class Etcd:
                 raise InvalidParameterError(
                     f"compare target must be mod, create, version or value; got {c.target!r}"
                 )
-        lid = _lease_id(lease)
-        ops = [self._tx.put(self.full(k), _b(v), lease=lid) for k, v in (puts or {}).items()]
+        lid = lease_id(lease)
+        ops = [self._tx.put(self.full(k), as_bytes(v), lease=lid) for k, v in (puts or {}).items()]
         ops += [self._tx.delete(self.full(k)) for k in deletes]
         ok, _ = self._call(
             "transaction",
@@ -498,331 +437,6 @@ class Etcd:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _lease_id(lease) -> int | None:
-    if lease is None:
-        return None
-    return int(lease.id) if hasattr(lease, "id") else int(lease)
-
-
-class Lease:
-    """An etcd lease kept alive by a background thread.
-
-    ``deadline()`` is a local monotonic time before which etcd cannot have expired the lease: the
-    SEND time of the last keepalive etcd acknowledged plus the TTL it granted (etcd starts its
-    countdown when the request arrives, later). ``alive()`` is True only before it. The thread never
-    blocks past the deadline (each call's gRPC deadline is capped by it), and calls ``on_lost``
-    once when the deadline passes or etcd answers that the lease is gone.
-    """
-
-    def __init__(
-        self,
-        etcd: Etcd,
-        ttl: float,
-        on_lost: Callable[[str], None] | None = None,
-        keepalive: bool = True,
-    ):
-        if not ttl > 0:
-            raise InvalidParameterError(f"lease ttl must be > 0 seconds; got {ttl!r}")
-        self._etcd = etcd
-        self._on_lost = on_lost
-        t_send = time.monotonic()
-        self.id, self.ttl = etcd._grant(max(1, math.ceil(ttl)))
-        self._deadline = t_send + self.ttl
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._suspended = threading.Event()
-        self._lost_reason: str | None = None
-        self._thread = None
-        if keepalive:
-            self._thread = threading.Thread(
-                target=self._run, name=f"etcd-lease-{self.id:x}", daemon=True
-            )
-            self._thread.start()
-
-    def deadline(self) -> float:
-        with self._lock:
-            return self._deadline
-
-    def alive(self) -> bool:
-        with self._lock:
-            return self._lost_reason is None and time.monotonic() < self._deadline
-
-    def lost_reason(self) -> str | None:
-        return self._lost_reason
-
-    def suspend_keepalive(self) -> None:
-        """Stop sending keepalives without revoking (fault tests: a hung or cut-off process)."""
-        self._suspended.set()
-
-    def refresh(self) -> bool:
-        """One keepalive now; True if etcd still holds the lease."""
-        t_send = time.monotonic()
-        budget = max(0.05, min(self._etcd.timeout, self.deadline() - t_send))
-        ttl = self._etcd._keepalive(self.id, budget)
-        if ttl <= 0:
-            self._lose("etcd reports the lease expired")
-            return False
-        with self._lock:
-            self._deadline = max(self._deadline, t_send + ttl)
-        return True
-
-    def _run(self) -> None:
-        interval = max(0.1, self.ttl / 3.0)
-        next_send = time.monotonic() + interval
-        while True:
-            now = time.monotonic()
-            deadline = self.deadline()
-            if self._stop.wait(max(0.0, min(next_send, deadline) - now)):
-                return
-            now = time.monotonic()
-            if now >= self.deadline():
-                self._lose(f"no keepalive acknowledged within the {self.ttl} s TTL")
-                return
-            if now < next_send or self._suspended.is_set():
-                next_send = now + interval
-                continue
-            try:
-                if not self.refresh():
-                    return
-                next_send = time.monotonic() + interval
-            except CoordinationError as exc:
-                log.warning(
-                    "lease %x keepalive failed (%s); %.1f s left before it is lost",
-                    self.id,
-                    exc,
-                    self.deadline() - time.monotonic(),
-                )
-                next_send = time.monotonic() + min(interval, 0.25)
-
-    def _lose(self, reason: str) -> None:
-        with self._lock:
-            if self._lost_reason is not None:
-                return
-            self._lost_reason = reason
-        log.warning("etcd lease %x lost: %s", self.id, reason)
-        if self._on_lost is not None:
-            try:
-                self._on_lost(reason)
-            except Exception:
-                log.exception("lease %x on_lost callback failed", self.id)
-
-    def _stop_thread(self) -> None:
-        self._stop.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=self._etcd.timeout + 1.0)
-
-    def revoke(self) -> None:
-        """Stop the keepalive and revoke now (keys attached to the lease are deleted at once).
-        ``on_lost`` is not called: this loss is deliberate."""
-        with self._lock:
-            if self._lost_reason is None:
-                self._lost_reason = "revoked"
-            self._deadline = min(self._deadline, time.monotonic())
-        self._stop_thread()
-        self._etcd._revoke(self.id)
-
-
-class Registration:
-    """A key kept alive under a lease and put again after the lease is lost (``Etcd.register``)."""
-
-    def __init__(self, etcd: Etcd, key: str, value: bytes | str, ttl: float,
-                 on_change: Callable[[bool], None] | None = None):
-        self._etcd = etcd
-        self.key = key
-        self._value = _b(value)
-        self.ttl = ttl
-        self._on_change = on_change
-        self._lock = threading.Lock()
-        self._lease: Lease | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._registered = False
-        self._thread = threading.Thread(target=self._run, name=f"etcd-register-{key}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def alive(self) -> bool:
-        """Registered now, by the local lease deadline."""
-        with self._lock:
-            lease = self._lease
-        return lease is not None and lease.alive()
-
-    def wait(self, timeout: float) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and not self.alive():
-            time.sleep(0.02)
-        return self.alive()
-
-    @property
-    def lease(self) -> Lease | None:
-        return self._lease
-
-    def update(self, value: bytes | str) -> None:
-        """Change the registered value (e.g. a new state); applied now if registered, else at the
-        next registration."""
-        with self._lock:
-            self._value = _b(value)
-            lease = self._lease
-        if lease is not None and lease.alive():
-            self._etcd.put(self.key, self._value, lease=lease)
-
-    def _set(self, registered: bool) -> None:
-        if registered == self._registered:
-            return
-        self._registered = registered
-        if self._on_change is not None:
-            try:
-                self._on_change(registered)
-            except Exception:
-                log.exception("registration %s: on_change callback failed", self.key)
-
-    def _run(self) -> None:
-        backoff = 0.1
-        while not self._stop.is_set():
-            with self._lock:
-                lease = self._lease
-            if lease is not None and lease.alive():
-                self._wake.wait(0.2)
-                self._wake.clear()
-                continue
-            if lease is not None:
-                self._set(False)
-                try:
-                    lease.revoke()  # if etcd still holds it, free the old key now
-                except CoordinationError:
-                    pass
-            try:
-                lease = self._etcd.lease(self.ttl, on_lost=lambda _r: self._wake.set())
-                with self._lock:
-                    value = self._value
-                self._etcd.put(self.key, value, lease=lease)
-                with self._lock:
-                    self._lease = lease
-                log.info("registered %s%s under lease %x", self._etcd.prefix, self.key, lease.id)
-                self._set(True)
-                backoff = 0.1
-            except CoordinationError as exc:
-                log.warning("registering %s: %s; retrying in %.1f s", self.key, exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(2.0, backoff * 2)
-
-    def close(self, revoke: bool = True) -> None:
-        """Stop; ``revoke`` deletes the key now (else it goes when the lease expires)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=self._etcd.timeout + 1.0)
-        with self._lock:
-            lease, self._lease = self._lease, None
-        if lease is not None:
-            if revoke:
-                try:
-                    lease.revoke()
-                except CoordinationError as exc:
-                    log.warning("registration %s: revoke failed (%s)", self.key, exc)
-            else:
-                lease._stop_thread()
-
-
-class _PrefixWatch:
-    """A prefix watch that re-lists and re-watches when its stream breaks."""
-
-    def __init__(self, etcd: Etcd, sub: str, callback: Callable[[list[WatchEvent]], None]):
-        self._etcd = etcd
-        self._sub = sub
-        self._callback = callback
-        self._known: dict[str, int] = {}  # key -> mod_revision delivered
-        self._deliver_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._watch_id = None
-        self._thread = threading.Thread(target=self._run, name=f"etcd-watch-{sub}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=self._etcd.timeout + 1.0)
-
-    def _deliver(self, events: list[WatchEvent]) -> None:
-        if not events or self._stop.is_set():
-            return
-        try:
-            self._callback(events)
-        except Exception:
-            log.exception("watch callback for %r failed", self._sub)
-
-    def _resync(self) -> int:
-        kvs, rev = self._etcd.get_prefix_rev(self._sub)
-        with self._deliver_lock:
-            events = [WatchEvent("delete", k, None, rev) for k in self._known if k not in kvs]
-            events += [
-                WatchEvent("put", k, v, mr)
-                for k, (v, mr) in sorted(kvs.items())
-                if self._known.get(k) != mr
-            ]
-            self._known = {k: mr for k, (_, mr) in kvs.items()}
-            self._deliver(events)
-        return rev
-
-    def _on_response(self, resp) -> None:
-        if resp is None or isinstance(resp, BaseException):
-            if not self._stop.is_set():
-                log.warning(
-                    "etcd watch on %r broke (%s); re-listing and re-watching",
-                    self._sub,
-                    resp if resp is not None else "stream closed",
-                )
-            self._wake.set()
-            return
-        out = []
-        with self._deliver_lock:
-            for ev in resp.events:
-                key = self._etcd.rel(ev.key)
-                mr = int(ev.mod_revision)
-                if isinstance(ev, self._etcd._etcd3.events.DeleteEvent):
-                    self._known.pop(key, None)
-                    out.append(WatchEvent("delete", key, None, mr))
-                else:
-                    self._known[key] = mr
-                    out.append(WatchEvent("put", key, bytes(ev.value), mr))
-            self._deliver(out)
-
-    def _run(self) -> None:
-        backoff = 0.1
-        client = self._etcd._client
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                rev = self._resync()
-                self._watch_id = self._etcd._call(
-                    f"watch {self._sub}",
-                    client.add_watch_prefix_callback,
-                    self._etcd.full(self._sub),
-                    self._on_response,
-                    start_revision=rev + 1,
-                    retry=False,
-                )
-                backoff = 0.1
-            except CoordinationError as exc:
-                log.warning("etcd watch on %r: %s; retrying in %.1f s", self._sub, exc, backoff)
-                self._stop.wait(backoff)
-                backoff = min(2.0, backoff * 2)
-                continue
-            self._wake.wait()
-            if self._watch_id is not None:
-                try:
-                    client.cancel_watch(self._watch_id)
-                except Exception as exc:  # the stream is usually gone already
-                    log.debug("cancel watch %s: %s", self._watch_id, exc)
-                self._watch_id = None
 
 
 def _prefix_end(prefix: bytes) -> bytes:

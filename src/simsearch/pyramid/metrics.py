@@ -1,0 +1,42 @@
+"""A coordinator's Prometheus metrics (docs/service.md, "Metrics")."""
+
+from __future__ import annotations
+
+
+def collect(coord):
+    """Prometheus metrics of a coordinator (docs/service.md, "Metrics"): its role, shards up,
+    the fan-out, hedges, router log bytes, etcd compactions, out-of-sync replicas and part
+    latency."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    pool = coord.pool
+    leader = GaugeMetricFamily("simsearch_pyramid_leader", "1 while this coordinator leads")
+    leader.add_metric([], 1.0 if coord.is_leader() else 0.0)
+    up = GaugeMetricFamily("simsearch_pyramid_shards_up", "shards answering health checks")
+    up.add_metric([], float(sum(bool(v) for v in pool.up.values())))
+    queries = CounterMetricFamily("simsearch_pyramid_queries", "queries searched here")
+    queries.add_metric([], float(coord.queries))
+    fanout = CounterMetricFamily(
+        "simsearch_pyramid_query_parts",
+        "(query, part) pairs asked; divided by simsearch_pyramid_queries: the fan-out")
+    fanout.add_metric([], float(pool.query_parts))
+    hedges = CounterMetricFamily("simsearch_pyramid_hedges", "hedged part calls sent")
+    hedges.add_metric([], float(pool.hedges))
+    log_bytes = CounterMetricFamily("simsearch_pyramid_router_log_bytes",
+                                    "router log bytes this coordinator wrote to etcd as leader")
+    log_bytes.add_metric([], float(coord.log_bytes))
+    compactions = CounterMetricFamily("simsearch_pyramid_etcd_compactions",
+                                      "etcd compactions after router checkpoints")
+    compactions.add_metric([], float(coord.compactions))
+    stale = GaugeMetricFamily("simsearch_pyramid_replicas_out_of_sync",
+                              "part replicas not in sync (no reads until re-copied)",
+                              labels=["collection"])
+    for name in coord.names():
+        parts = coord.state.part_map(name).get("parts", {})
+        stale.add_metric([name], float(sum(len(set(e["replicas"]) - set(e["in_sync"]))
+                                           for e in parts.values())))
+    p95 = GaugeMetricFamily("simsearch_pyramid_part_latency_p95_seconds",
+                            "p95 of a part's recent calls (its hedge delay)", labels=["part"])
+    for part in sorted(pool.parts):
+        p95.add_metric([part], pool.hedge_delay(part))
+    yield from (leader, up, queries, fanout, hedges, log_bytes, compactions, stale, p95)

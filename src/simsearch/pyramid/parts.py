@@ -1,0 +1,274 @@
+"""A cluster collection's parts on their shard replicas (docs/cluster.md, "Writes"): searched
+through the fan-out (fanout.py); written by the leader in fenced phases (prepare, sync); and
+brought up to date (prepared ops, ops shipped from a peer's log, or a whole copy). Also the
+client-side router (``open_router``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import SimsearchError
+from ..index import SearchResult
+from .fanout import _PartCall
+
+if TYPE_CHECKING:
+    from .shards import ShardPool
+
+log = logging.getLogger(__name__)
+
+
+class RouterBehindError(SimsearchError, RuntimeError):
+    """A replica has applied writes past this coordinator's router copy (it is reloading):
+    retry the catch-up later; the replica is not stale."""
+
+
+class RemotePart:
+    """One part on its replicas: searched through ``begin`` / ``search_parts`` (hedging,
+    deadlines, fail-over), and the leader's fenced two-phase writes and replica catch-up
+    (docs/cluster.md, "Writes")."""
+
+    def __init__(self, pool: ShardPool, name: str, config: dict, router=None, index: int = 0):
+        self.pool, self.name, self.config = pool, name, config
+        self.router, self.index = router, index  # the router whose part ``index`` this is
+        self.owner = None  # holds the committed sequences once registered (ShardPool.register)
+        self.write_lock = pool.part_locks[name]
+        self._rr = 0
+
+    @property
+    def shards(self) -> list[int]:
+        """The replicas the cluster map assigns now (rebalancing changes them)."""
+        return self.pool.replicas_of(self.name)
+
+    def ensure(self, fresh: bool = False) -> None:
+        """Create the part's collection on every replica that lacks it. A copy of another
+        incarnation (a dropped collection's, on a shard that was away when it was dropped) is
+        never adopted: for a ``fresh`` part (no write committed yet: its router is being
+        trained) it is replaced by an empty copy at once; otherwise it is marked out of sync,
+        and the leader's catch-up replaces it."""
+        from ..service.errors import CollectionExistsError
+
+        for sid in self.shards:
+            try:
+                self._create(sid)
+            except CollectionExistsError:
+                try:
+                    if fresh:
+                        self._replace_foreign(sid)
+                    elif not self._ours(sid):
+                        self.pool.mark_out_of_sync(self.name, sid)
+                except Exception as exc:
+                    log.warning("could not check %s on shard %d: %s", self.name, sid, exc)
+            except Exception as exc:  # catch_up re-copies a replica that lacks its collection
+                log.warning("could not create %s on shard %d: %s", self.name, sid, exc)
+
+    def _create(self, sid: int) -> None:
+        c = self.config
+        self.pool.client(sid).create_collection(
+            self.name, c["dim"], c["metric"], c["kind"], schema=c.get("schema"),
+            part_replica=True, incarnation=c.get("incarnation", ""), **c["params"])
+
+    def _ours(self, sid: int) -> bool:
+        """Whether the copy on ``sid`` belongs to this incarnation of the collection."""
+        info = self.pool.client(sid).collection(self.name).describe()
+        return info.get("incarnation", "") == self.config.get("incarnation", "")
+
+    def _replace_foreign(self, sid: int) -> None:
+        """Delete a copy of another incarnation on ``sid`` and make an empty one of this
+        (catch-up then fills it)."""
+        from ..service.errors import CollectionNotFoundError
+
+        try:
+            if self._ours(sid):
+                return
+            log.warning("%s on shard %d belongs to a dropped collection of that name: "
+                        "deleting it", self.name, sid)
+            self.pool.client(sid).drop_collection(self.name)
+        except CollectionNotFoundError:
+            pass
+        self._create(sid)
+
+    def _col(self, sid: int):
+        c = self.config
+        return self.pool.client(sid).collection_handle(self.name, c["dim"], c["metric"],
+                                                        c["kind"])
+
+    # -- the leader's writes (called with ``write_lock`` held) ------------------------------
+
+    def prepare(self, sid: int, term: int, attempt: int, ops: list, timeout: float) -> dict:
+        return self.pool.client(sid).part_prepare(self.name, term, attempt, ops, timeout)
+
+    def sync(self, sid: int, term: int, ballot=(0, 0), first: int = 0, through: int = 0,
+             timeout: float | None = None) -> dict:
+        return self.pool.client(sid).part_sync(self.name, term, ballot, first, through,
+                                               timeout or self.pool.timeout)
+
+    def _current(self) -> RemotePart:
+        """The RemotePart of the router copy current to the log (a reloaded router makes new
+        ones); RouterBehindError while none is loaded: a dropped copy's sequences may hold a
+        write the log never committed."""
+        cur = self.pool.parts.get(self.name)
+        if cur is None or cur.owner is None:
+            raise RouterBehindError(f"{self.name}: no router copy current to the log is loaded "
+                                    "here yet; retry later")
+        return cur
+
+    def _committed(self):
+        """(the committed PartSequences, this part's number in them)."""
+        cur = self._current()
+        seqs = cur.owner.seqs
+        if seqs is None:  # dropped meanwhile
+            raise RouterBehindError(f"{self.name}: the router copy was dropped; retry later")
+        return seqs, cur.index
+
+    def bring_up_to_date(self, sid: int, term: int) -> int:
+        """Fence the replica on ``sid`` at ``term`` and apply the committed writes it holds
+        prepared but missed the commit of (the router remembers the last PART_HISTORY); returns
+        the sequence it has applied. Call with ``write_lock`` held."""
+        seqs, j = self._committed()
+        st = self.sync(sid, term)
+        for first, through, ballot in seqs.committed_writes(j):
+            if through > st["applied"]:
+                st = self.sync(sid, term, ballot, first, through)
+        return st["applied"]
+
+    def committed(self) -> int:
+        seqs, j = self._committed()
+        return int(seqs.seq[j])
+
+    def __len__(self) -> int:
+        for s in self.pool.serving(self):
+            return len(self._col(s))
+        return 0
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
+        done = threading.Event()
+        call = self.begin(q, k, params, done)
+        while True:
+            done.clear()
+            out = call.poll()
+            if out is not None:
+                return out
+            done.wait(call.nap())
+
+    def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event) -> _PartCall:
+        """Start a search on a replica; ``done`` is set whenever a replica answers (several
+        parts' calls may share it, so one thread waits for all of them)."""
+        return _PartCall(self, q, k, params, done)
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def catch_up(self, sid: int) -> None:
+        """Bring the replica on ``sid`` to the part's committed sequence and mark it in sync
+        (the leader; under the part's write lock, so no write slips in between): apply what it
+        holds prepared, else copy a replica that is current (``ExportCollection`` /
+        ``ImportCollection``, carrying the fencing state). Works when every replica missed the
+        last commits: they hold the ops prepared. Raises if no replica is current yet."""
+        from ..service.errors import CollectionNotFoundError, DataLossError
+
+        term = self.pool.term()
+        with self.write_lock:
+            through = self.committed()
+            self._replace_foreign(sid)
+            try:
+                applied = self.bring_up_to_date(sid, term)
+            except (CollectionNotFoundError, DataLossError):  # a lost disk, a damaged replica
+                applied = -1
+            if applied > through:
+                raise RouterBehindError(f"{self.name} on shard {sid} applied {applied}, past the "
+                                        f"committed {through}: this router copy is behind the "
+                                        "log")
+            if applied < through and not (applied >= 0 and self._ship_ops(sid, term, through,
+                                                                            applied)):
+                self._copy_to(sid, term, through, applied)
+            self.pool.mark_in_sync(self.name, sid)
+
+    def _ship_ops(self, sid: int, term: int, through: int, applied: int) -> bool:
+        """Repair incrementally: the ops the replica lacks, read from a current peer's log,
+        prepared on it under a fresh ballot and applied. False if no peer's log reaches back
+        that far (then the caller copies a whole replica)."""
+        from ..service.errors import OpsGoneError
+
+        for peer in [s for s in self.shards if s != sid]:
+            try:
+                if self.bring_up_to_date(peer, term) != through:
+                    continue
+                shipped = applied
+                while applied < through:
+                    ops, _ = self.pool.client(peer).part_ops(self.name, applied)
+                    if not ops:
+                        break
+                    ballot = (term, self.pool.next_attempt())
+                    self.prepare(sid, term, ballot[1], ops, self.pool.timeout)
+                    applied = self.sync(sid, term, ballot, ops[0].pseq,
+                                        ops[-1].pseq)["applied"]
+                    if applied != ops[-1].pseq:
+                        break
+            except OpsGoneError:
+                continue
+            except Exception as exc:  # try the next peer, or a copy
+                log.warning("%s: ops from shard %d to %d failed: %s", self.name, peer, sid, exc)
+                continue
+            if applied == through:
+                log.warning("part %s on shard %d caught up from shard %d's log: %d writes",
+                            self.name, sid, peer, through - shipped)
+                return True
+        return False
+
+    def _copy_to(self, sid: int, term: int, through: int, applied: int) -> None:
+        peers = sorted((s for s in self.shards if s != sid), key=lambda s: not self.pool.up.get(s))
+        for peer in peers:
+            try:
+                if self.bring_up_to_date(peer, term) != through:
+                    continue
+                config, data = self.pool.client(peer).export_collection(self.name)
+                config["fence_term"] = term
+                self.pool.client(sid).import_collection(self.name, config, data)
+            except Exception as exc:  # try the next peer
+                log.warning("%s: copy from shard %d to %d failed: %s", self.name, peer, sid, exc)
+                continue
+            self.pool.mark_in_sync(self.name, peer)
+            log.warning("part %s on shard %d (applied %d) re-copied from shard %d at %d "
+                        "(%d bytes)", self.name, sid, applied, peer, through, len(data))
+            return
+        raise SimsearchError(f"{self.name}: no replica has applied the committed sequence "
+                             f"{through} yet; will retry")
+
+
+def load_router(data: bytes, pool: ShardPool, **attributes: Any):
+    """An exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded here with its
+    parts on ``pool``'s shard servers; ``attributes`` (``part_schema``, ``part_incarnation``)
+    are set on it before its parts are made."""
+    from ..index import loads
+
+    def setup(idx):
+        idx.parts_factory = pool.make_parts
+        for k, v in attributes.items():
+            setattr(idx, k, v)
+
+    return loads(data, setup=setup)
+
+
+def open_router(coordinator: str, name: str, etcd: str, cluster: str, **pool_options: Any):
+    """A read-only copy of a collection's router in this process, searching the shard servers
+    directly: a query skips the coordinator hop. It does not follow later writes' routing
+    (send writes through a coordinator, and re-open to see them). ``router.parts[0].pool``
+    holds the connections; close it when done."""
+    from ..service.client import connect
+    from .control.etcd import Etcd
+    from .control.state import ClusterState
+    from .shards import ShardPool
+
+    client = Etcd(etcd, f"simsearch/{cluster}")
+    state = ClusterState(client)
+    pool = ShardPool(state, **pool_options)
+    pool.closers += [state.close, client.close]
+    with connect(coordinator, timeout=600) as c:
+        _config, data = c.export_collection(name)
+    return load_router(data, pool)
