@@ -171,9 +171,17 @@ def test_partition_of_the_leader_host(cluster):
 
 
 def _shard_parts(cl) -> dict[int, list[str]]:
+    from simsearch.pyramid.control.errors import CoordinationError
     from simsearch.pyramid.status import cluster_status
 
-    st = cluster_status(cl.etcd_url, cl.name)
+    for attempt in range(5):  # this test's own etcd reads, on a machine the load fills
+        try:
+            st = cluster_status(cl.etcd_url, cl.name)
+            break
+        except CoordinationError:
+            if attempt == 4:
+                raise
+            time.sleep(1.0)
     return {p["id"]: p["parts"] for p in st["processes"]
             if p["role"] == "shard" and p["state"] != "retired"}
 

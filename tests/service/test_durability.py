@@ -231,7 +231,7 @@ def test_a_corrupt_collection_json_damages_only_its_collection(tmp_path, garbage
 def test_a_churning_log_is_snapshotted_before_it_outgrows_the_data(tmp_path, monkeypatch):
     """Under add/remove churn the log must not grow without bound below the byte cap: replaying
     it at restart would cost every write ever made (the soak saw restarts of minutes)."""
-    from simsearch.service import store as store_mod
+    from simsearch.service import collection as store_mod
 
     monkeypatch.setattr(store_mod, "MIN_SNAPSHOT_WAL_BYTES", 64 << 10)
     rng = np.random.default_rng(2)

@@ -303,7 +303,7 @@ def _raises(fn):
 def test_a_failed_snapshot_after_a_durable_write_keeps_it_acknowledged(tmp_path, monkeypatch):
     """The defect: an ENOSPC in the snapshot that follows a durable write was reported as
     INTERNAL, so a client retried an add that had landed (auto ids: a duplicate item)."""
-    from simsearch.service import store as storemod
+    from simsearch.service import collection as storemod
 
     monkeypatch.setattr(storemod, "MIN_SNAPSHOT_WAL_BYTES", 0)
     s = Store(tmp_path, snapshot_wal_bytes=1)

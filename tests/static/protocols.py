@@ -9,16 +9,20 @@ from simsearch.pyramid.collection import ClusterCollection
 from simsearch.pyramid.coordinator import Coordinator
 from simsearch.pyramid.parts import RemotePart
 from simsearch.service.client import RemoteCollection
-from simsearch.service.protocols import BlobStore, CollectionStore, PartReplica, ServedCollection
-from simsearch.service.store import Collection, Store
+from simsearch.service.collection import Collection
+from simsearch.service.partreplica import PartReplica
+from simsearch.service.protocols import BlobStore, CollectionStore, ServedCollection
+from simsearch.service.protocols import PartReplica as PartReplicaProtocol
+from simsearch.service.store import Store
 from simsearch.strings.collection import StringCollectionIndex
 
 
-def node(store: Store, collection: Collection) -> None:
+def node(store: Store, collection: Collection, replica: PartReplica) -> None:
     s: CollectionStore = store
     b: BlobStore = store
-    c: PartReplica = collection
-    del s, b, c
+    c: ServedCollection = collection
+    r: PartReplicaProtocol = replica
+    del s, b, c, r
 
 
 def coordinator(coord: Coordinator, collection: ClusterCollection) -> None:

@@ -17,7 +17,7 @@ write the leader tries. A replica
 So replicas that report the same ``applied`` hold the same items, and an op that was prepared but
 never committed (its leader lost the log append) is never applied: no ghosts.
 
-This module is the pure state; ``store.Collection`` logs each step in its write-ahead log.
+This module is the pure state; ``partreplica.PartReplica`` logs each step in its write-ahead log.
 """
 
 from __future__ import annotations
