@@ -10,6 +10,7 @@ written.
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 import numpy as np
@@ -81,3 +82,61 @@ def test_etcd_never_fills_under_a_long_upsert_load(tmp_path):
                   f"{QUOTA >> 20} MiB)")
     finally:
         etcd.stop()
+
+
+def test_a_router_checkpoint_larger_than_a_blob_is_stored_in_pieces(tmp_path, monkeypatch):
+    """A router larger than one blob (a shard keeps at most 1 GiB each; about 40M items)
+    never checkpointed, so its log was never trimmed (issue 33). Checkpoints are now cut into
+    blobs of at most CHECKPOINT_CHUNK_BYTES; here 4 KiB blobs stand in for 1 GiB ones (a
+    router of 1 GiB is not made in a test). A standby coordinator in this process takes over,
+    checkpoints the router in pieces, and a coordinator that starts afterwards loads it from
+    them and answers as the leader does. With the pieces joined wrongly (only the first read
+    back) this test failed on the checkpoint's checksum."""
+    import json
+    import signal
+
+    from simsearch.pyramid import checkpoints
+    from simsearch.pyramid.coordinator import Coordinator
+
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_CHUNK_BYTES", 4096)
+    rng = np.random.default_rng(5)
+    coords = []
+    with LocalCluster(tmp_path / "cl", 2, 2, "--coordinators", "1", "--lease-ttl", "2",
+                      "--no-restart") as cl:
+        with ss.connect(cl.coordinator, timeout=30) as c:
+            col = c.create_collection("docs", DIM, "l2", "pyramid", **PARAMS)
+            col.train(rng.standard_normal((2000, DIM)).astype(np.float32))
+        import os
+        os.kill(cl.pid("coord-0"), signal.SIGKILL)
+        up = cl.up
+
+        def coordinator(address):
+            co = Coordinator(Etcd(up["etcd"], f"simsearch/{up['cluster']}", timeout=2.0),
+                             lease_ttl=2.0, replicas=2)
+            coords.append(co.start(address))
+            return co
+
+        try:
+            leader = coordinator("127.0.0.1:9")
+            end = time.monotonic() + 30
+            while not leader.is_leader() and time.monotonic() < end:
+                time.sleep(0.1)
+            docs = leader.get("docs")
+            x = rng.standard_normal((3000, DIM)).astype(np.float32)
+            docs.add(x, ids=np.arange(3000))
+            docs.snapshot()
+            meta = json.loads(leader.etcd.get("router/docs")[0])
+            assert meta["chunks"] > 10 and meta["size"] > 10 * 4096
+            for address in cl.shard_addresses:  # every holder keeps every piece
+                with ss.connect(address, timeout=10) as s:
+                    names = {b["name"] for b in s.list_blobs()}
+                assert set(checkpoints.checkpoint_blobs(meta)) <= names
+            follower = coordinator("127.0.0.1:10")
+            q = x[::97]
+            a, b = docs.search(q, 5, {}), follower.get("docs").search(q, 5, {})
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.ids[:, 0], np.arange(0, 3000, 97))
+            assert len(follower.get("docs").current()) == 3000
+        finally:
+            for co in coords:
+                co.close()

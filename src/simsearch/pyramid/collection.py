@@ -10,7 +10,6 @@ installed, from its start to its end.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -21,13 +20,14 @@ import numpy as np
 
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import SearchResult, as_id_array, as_matrix
-from ..service.errors import ServiceUnavailableError
 from . import routerlog
+from .checkpoints import read_checkpoint, store_checkpoint
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare
 from .fanout import DEADLINE
 from .parts import RouterBehindError, load_router
 from .replication import PartSequences, replicate
+from .routerlog import log_key
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_EVERY = 200
 #: seconds a write waits at most for a running checkpoint (see _wait_for_checkpoint)
 CHECKPOINT_WAIT = 30.0
-
-
-def log_key(name: str, seq: int) -> str:
-    return f"log/{name}/{seq:012d}"
 
 
 def _attributes_by_id(attributes: dict | None, ids: Any):
@@ -95,19 +91,7 @@ class ClusterCollection:
         return r
 
     def _load_checkpoint(self, meta: dict) -> None:
-        data = None
-        for sid in meta["holders"]:
-            try:
-                data = self.coord.pool.client(sid).get_blob(meta["blob"])
-                break
-            except Exception as exc:  # try the next holder
-                log.warning("%s: router checkpoint %s not read from shard %d: %s", self.name,
-                            meta["blob"], sid, exc)
-        if data is None:
-            raise ServiceUnavailableError(
-                f"{self.name}: no shard holding router checkpoint {meta['blob']} answered; retry")
-        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-            raise ServiceUnavailableError(f"{self.name}: router checkpoint checksum mismatch")
+        data = read_checkpoint(self.coord.pool, self.name, meta)
         index = load_router(data, self.coord.pool, part_schema=self.config.get("schema"),
                             part_incarnation=self.config.get("incarnation", ""))
         index.part_prefix = self.name
@@ -277,41 +261,9 @@ class ClusterCollection:
         self._put_checkpoint(seq, self._router_bytes())
 
     def _put_checkpoint(self, seq: int, data: bytes) -> None:
-        """Store the router as of log record ``seq`` on its holders, then point etcd at it
-        (fenced) and drop the log records it covers and the older blob."""
-        import contextlib
-
-        coord = self.coord
-        blob = f"{self.name}.router.{seq}"
-        holders = []
-        for sid in coord.checkpoint_holders():
-            try:
-                coord.pool.client(sid).put_blob(blob, data)
-                holders.append(sid)
-            except Exception as exc:
-                log.warning("%s: checkpoint not stored on shard %d: %s", self.name, sid, exc)
-        if not holders:
-            raise ServiceUnavailableError(f"{self.name}: no shard took the router checkpoint")
-        key = f"router/{self.name}"
-        old, rev = coord.etcd.get(key)
-        old = json.loads(old) if old else None
-        meta = {"seq": seq, "blob": blob, "sha256": hashlib.sha256(data).hexdigest(),
-                "size": len(data), "holders": holders}
-        if not coord.etcd.cas([*coord.fence(), Compare.mod(key, rev)],
-                              {key: json.dumps(meta)}):
-            raise NotLeaderError("router checkpoint refused: no longer the leader")
+        store_checkpoint(self.coord, self.name, seq, data)
         self.checkpoint_seq = max(self.checkpoint_seq, seq)
         self.log_bytes = 0
-        coord.etcd.delete_range(f"log/{self.name}/", log_key(self.name, seq + 1))
-        coord.compact()
-        if old:
-            for sid in old["holders"]:
-                if old["blob"] == blob and sid in holders:
-                    continue  # the same checkpoint written again (moved off a leaving shard)
-                with contextlib.suppress(Exception):
-                    coord.pool.client(sid).delete_blob(old["blob"])
-        log.info("%s: router checkpoint at log record %d (%d bytes on shards %s)", self.name,
-                 seq, len(data), holders)
 
     # -- the store collection surface (what the servicer calls) -----------------------------
 

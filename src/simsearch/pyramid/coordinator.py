@@ -30,6 +30,7 @@ from ..service.errors import (
     CollectionNotFoundError,
     ServiceUnavailableError,
 )
+from .checkpoints import checkpoint_blobs
 from .collection import ClusterCollection
 from .control.election import Election
 from .control.errors import CoordinationError, NotLeaderError
@@ -322,8 +323,9 @@ class Coordinator(Rebalancing):
                     log.warning("could not drop %s on shard %d: %s", part, sid, exc)
             self.pool.parts.pop(part, None)
         for sid in (router_meta or {}).get("holders", []):
-            with contextlib.suppress(Exception):
-                self.pool.client(sid).delete_blob(router_meta["blob"])
+            for blob in checkpoint_blobs(router_meta):
+                with contextlib.suppress(Exception):
+                    self.pool.client(sid).delete_blob(blob)
 
     def collect(self):
         """Prometheus metrics of this coordinator (docs/service.md, "Metrics")."""

@@ -18,6 +18,11 @@ import numpy as np
 RECORD_LIMIT = 1 << 20
 
 
+def log_key(name: str, seq: int) -> str:
+    """The etcd key of collection ``name``'s log record ``seq``."""
+    return f"log/{name}/{seq:012d}"
+
+
 def encode(records: list[dict], limit: int = RECORD_LIMIT) -> bytes | None:
     arrays = {}
     for j, rec in enumerate(records):
