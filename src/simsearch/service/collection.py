@@ -1,13 +1,6 @@
 """A durable named collection on disk: an index, its write-ahead log, snapshots (the node's
-Store keeps them, store.py; a cluster part's replica is a PartReplica, partreplica.py).
-
-Layout under the data directory::
-
-    collections/<name>/collection.json     dim, metric, kind, build params (written once)
-    collections/<name>/snapshot-<g>.idx    the index as of generation g (Index.save: atomic)
-    collections/<name>/wal-<g>.log         every write since snapshot g (see wal.py)
-    collections/<name>/part-<g>.json       a Pyramid part replica's fencing state as of snapshot g
-                                           (fenced.py; written before snapshot-<g>.idx)
+Store keeps them and says where their files are, store.py; a cluster part's replica is a
+PartReplica, partreplica.py).
 
 State = the newest snapshot (or an empty index at g = 0) + replay of its log. A snapshot writes
 wal-<g+1> (with a part's prepared, unapplied ops), the fencing state and attributes, then
@@ -17,8 +10,8 @@ leaves either the old generation or the new one, both complete.
 Every write is checked whole, appended to the log and fsynced, then applied to the in-memory
 index and acknowledged: a search never sees a write the log does not hold, and a failed append
 (a full disk) changes nothing. Writes on a collection are serialized; searches run concurrently
-with each other and wait only while a write changes the index. An import swaps directories
-through an intent file a restart finishes (docs/service.md, "Durability").
+with each other and wait only while a write changes the index (docs/service.md,
+"Durability").
 """
 
 from __future__ import annotations
