@@ -201,3 +201,23 @@ def test_a_copy_of_a_dropped_incarnation_is_replaced_never_adopted(tmp_path):
         assert sorted(col.index.ids().tolist()) == [1, 2]  # nothing of the dropped one
     for st in stores.values():
         st.close()
+
+
+def test_a_replica_holding_another_write_at_a_committed_sequence_is_recopied(setup):
+    """Replicas are compared by ballot, not only by sequence: shard 1 applied sequence 2 from a
+    write the log never committed (another ballot, other content), so it reports the same
+    sequence as shard 0. On the code before, catch_up took that as current and marked it in
+    sync: the replicas differed silently. Now the replica refuses the committed ballot's sync
+    and is re-copied from shard 0."""
+    stores, pool, router, part = setup
+    write(part, router, [0, 1], [0, 1], [1], attempt=1)
+    stray = PartOp(2, False, np.asarray([99], np.int64), vec([99]))
+    part.prepare(1, TERM, 50, [stray], 5.0)  # never committed, applied on shard 1 only
+    part.sync(1, TERM, (TERM, 50), 2, 2)
+    write(part, router, [0], [0], [2], attempt=3)  # the committed sequence 2
+    pool.in_sync_set.discard(1)
+    part.catch_up(1)
+    assert pool.in_sync_set == {0, 1}
+    assert getattr(pool.client(0), "exports", 0) == 1  # re-copied whole
+    for st in stores.values():
+        assert sorted(st.get(NAME).index.ids().tolist()) == [1, 2]

@@ -149,3 +149,27 @@ def test_bad_part_ops_are_refused_and_change_nothing(store):
             col.part_prepare(2, 2, [op])
     assert col.fenced.prepared == {} and (col.fenced.term, col.fenced.attempt) == (2, 1)
     assert col.part_sync(2, (2, 2), 2, 2)["applied"] == 1 and held(col) == {1: 0}
+
+
+def test_a_range_applied_under_another_ballot_is_reported_not_taken_as_done(store, tmp_path):
+    """A sync compares ballots, not only sequences: a replica that applied sequence 1 from one
+    leader's write, asked to sync sequence 1 of another ballot, holds a different write. On the
+    code before it answered "applied 1" and the leader counted it current, so replicas that
+    differ passed as equal; now it raises DataLossError (the leader re-copies it). The same
+    ballot's replay stays a no-op, and the check survives a restart and a snapshot."""
+    from simsearch.service.errors import DataLossError
+
+    col = store.get("docs.p0")
+    col.part_prepare(5, 1, [upsert(1, [1])])
+    col.part_sync(5, (5, 1), 1, 1)
+    assert col.part_sync(5, (5, 1), 1, 1)["applied"] == 1  # a replay
+    with pytest.raises(DataLossError, match="another write"):
+        col.part_sync(6, (6, 2), 1, 1)
+    store.close()
+    again = Store(tmp_path / "node").get("docs.p0")  # the log replayed
+    with pytest.raises(DataLossError, match="another write"):
+        again.part_sync(6, (6, 2), 1, 1)
+    again.snapshot()
+    with pytest.raises(DataLossError, match="another write"):
+        again.part_sync(6, (6, 2), 1, 1)
+    assert again.part_sync(6, (5, 1), 1, 1)["applied"] == 1

@@ -128,12 +128,19 @@ class RemotePart:
     def bring_up_to_date(self, sid: int, term: int) -> int:
         """Fence the replica on ``sid`` at ``term`` and apply the committed writes it holds
         prepared but missed the commit of (the router remembers the last PART_HISTORY); returns
-        the sequence it has applied. Call with ``write_lock`` held."""
+        the sequence it has applied. The last committed write it has applied is synced again
+        under its ballot: a replica that applied another write there refuses
+        (DataLossError), and the caller re-copies it. Call with ``write_lock`` held."""
         seqs, j = self._committed()
         st = self.sync(sid, term)
-        for first, through, ballot in seqs.committed_writes(j):
+        history = seqs.committed_writes(j)
+        for first, through, ballot in history:
             if through > st["applied"]:
                 st = self.sync(sid, term, ballot, first, through)
+        done = [w for w in history if w[1] <= st["applied"]]
+        if done:  # a replay of an applied range: a no-op unless it holds another write there
+            first, through, ballot = done[-1]
+            self.sync(sid, term, ballot, first, through)
         return st["applied"]
 
     def committed(self) -> int:

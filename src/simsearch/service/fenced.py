@@ -12,7 +12,10 @@ write the leader tries. A replica
 - numbers its writes by part sequence (``pseq`` 1, 2, ...) and applies them strictly in order:
   a sync applies [first, through] only if the replica applied exactly first - 1 and holds every
   op of that range prepared under the write's ballot; otherwise it applies nothing and reports
-  what it has (the leader then repairs it); a replay of an applied sequence is a no-op.
+  what it has (the leader then repairs it); a replay of an applied sequence is a no-op, but a
+  sync of a range it applied under another ballot is refused (``DataLossError``: it holds
+  another write there, and is re-copied), so replicas are compared by ballot, not only by
+  sequence.
 
 So replicas that report the same ``applied`` hold the same items, and an op that was prepared but
 never committed (its leader lost the log append) is never applied: no ghosts.
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import OpsGoneError, StaleTermError  # noqa: F401  (raised by store.part_ops)
+from .errors import DataLossError, OpsGoneError, StaleTermError  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class PartOp:
 
 Ballot = tuple[int, int]
 
+#: applied ranges remembered with their ballots (a replica checks a replayed sync against them)
+RECENT = 16
+
 
 @dataclass
 class FencedState:
@@ -51,13 +57,20 @@ class FencedState:
     attempt: int = 0  # with term: the highest ballot seen by a prepare
     applied: int = 0
     prepared: dict[int, tuple[Ballot, PartOp]] = field(default_factory=dict)
+    #: the last RECENT applied ranges, (first, through, ballot term, ballot attempt)
+    recent: list[tuple[int, int, int, int]] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"term": self.term, "attempt": self.attempt, "applied": self.applied}
+        return {"term": self.term, "attempt": self.attempt, "applied": self.applied,
+                "recent": [list(r) for r in self.recent]}
 
     @classmethod
     def from_json(cls, d: dict) -> FencedState:
-        return cls(int(d["term"]), int(d["attempt"]), int(d["applied"]))
+        recent = [tuple(int(v) for v in r) for r in d.get("recent", [])][-RECENT:]
+        if any(len(r) != 4 for r in recent):
+            raise ValueError("a part state's recent ranges are (first, through, term, attempt)")
+        return cls(int(d["term"]), int(d["attempt"]), int(d["applied"]),
+                   recent=recent)  # type: ignore[arg-type]
 
     def check_prepare(self, term: int, attempt: int) -> None:
         if (term, attempt) < (self.term, self.attempt):
@@ -87,8 +100,15 @@ class FencedState:
 
     def ops_to_apply(self, ballot: Ballot, first: int, through: int) -> list[PartOp] | None:
         """The prepared ops a sync applies, in order; [] if they are applied already; None if
-        this replica cannot apply them (it missed a write or holds another ballot's ops)."""
+        this replica cannot apply them (it missed a write or holds another ballot's ops).
+        DataLossError if it applied exactly that range under another ballot."""
         if through <= self.applied:
+            for a, b, t, at in self.recent:
+                if (a, b) == (first, through) and (t, at) != tuple(ballot):
+                    raise DataLossError(
+                        f"this replica applied part writes [{first}, {through}] under ballot "
+                        f"({t}, {at}), not ({ballot[0]}, {ballot[1]}): it holds another write "
+                        "there; re-copy it from a current replica")
             return []
         if first != self.applied + 1:
             return None
@@ -109,7 +129,9 @@ class FencedState:
             out.setdefault(ballot, []).append(op)
         return out
 
-    def mark_applied(self, through: int) -> None:
+    def mark_applied(self, through: int, first: int = 0, ballot: Ballot | None = None) -> None:
+        if ballot is not None and through > self.applied:
+            self.recent = [*self.recent, (first, through, *ballot)][-RECENT:]
         self.applied = max(self.applied, through)
         for s in [s for s in self.prepared if s <= self.applied]:
             del self.prepared[s]

@@ -66,7 +66,7 @@ def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, it
             _apply_part_op(index, op, attrs)
     state.raise_term(m["term"])
     if ops:
-        state.mark_applied(m["through"])
+        state.mark_applied(m["through"], m["first"], tuple(m["ballot"]))
     return ops
 
 
@@ -180,7 +180,7 @@ class PartReplica(Collection):
                     for op in ops:
                         _apply_part_op(index, op, self.attrs)
                     if ops:
-                        state.mark_applied(through)
+                        state.mark_applied(through, first, tuple(ballot))
                     state.raise_term(term)
                     self.fenced = state
 
