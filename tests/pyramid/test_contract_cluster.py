@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import itertools
 
+import numpy as np
 import pytest
 
 pytest.importorskip("grpc")
@@ -14,6 +15,7 @@ import simsearch as ss  # noqa: E402
 import test_contract as tc  # noqa: E402
 from contract import Case  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
+from simsearch.pyramid.coordinator import MAX_CLUSTER_NAME  # noqa: E402
 from simsearch.pyramid.launcher import LocalCluster  # noqa: E402
 
 _names = itertools.count()
@@ -67,3 +69,23 @@ def test_contract_over_coordinator(check, metric, client, data, oracle):
     if "oracle" in inspect.signature(check).parameters:
         kw["oracle"] = oracle
     check(**kw)
+
+
+def test_a_cluster_name_leaves_room_for_its_parts_and_checkpoints(client):
+    """A cluster collection's parts (``<name>.p<j>``) and router checkpoints
+    (``<name>.router.<seq>.<i>``) are named after it, and a shard takes names of at most 128
+    characters. Seen failing before: a 128-character name was created, then its parts could not
+    be made on any shard and training it failed. Now the create is refused, saying why, and
+    nothing is made."""
+    from simsearch.errors import InvalidParameterError
+
+    long = "n" * (MAX_CLUSTER_NAME + 1)
+    with pytest.raises(InvalidParameterError, match="at most"):
+        client.create_collection(long, tc.DIM, "l2", "pyramid", n_centers=8, n_partitions=2)
+    assert long not in client.list_collections()
+    ok = client.create_collection("n" * MAX_CLUSTER_NAME, tc.DIM, "l2", "pyramid", n_centers=8,
+                                  n_partitions=2, sub_index="flat")
+    ok.train(np.random.default_rng(0).standard_normal((200, tc.DIM)).astype(np.float32))
+    ok.add(np.ones((3, tc.DIM), np.float32), ids=[1, 2, 3])
+    assert len(ok) == 3
+    client.drop_collection("n" * MAX_CLUSTER_NAME)

@@ -50,6 +50,9 @@ CHECKPOINT_LOG_BYTES = 32 << 20
 REPLACE_AFTER = 30.0
 #: how often the leader looks for replica moves
 REBALANCE_INTERVAL = 0.5
+#: the longest cluster collection name: its parts (``<name>.p<j>``) and router checkpoint
+#: blobs (``<name>.router.<seq>.<i>``) are named after it within a shard's 128 characters
+MAX_CLUSTER_NAME = 100
 
 
 class Coordinator(Rebalancing):
@@ -268,12 +271,16 @@ class Coordinator(Rebalancing):
             raise InvalidParameterError("a coordinator holds no part replicas: create them on "
                                         "shard servers")
         schema = check_schema(schema)
+        check_name(name)
+        if len(name) > MAX_CLUSTER_NAME:
+            raise InvalidParameterError(
+                f"a cluster collection's name may be at most {MAX_CLUSTER_NAME} characters (its "
+                f"parts and router checkpoints are named after it); got {len(name)}")
         if not self.is_leader():
             self.forward(lambda c: c.create_collection(name, dim, metric, kind, schema=schema,
                                                        **params))
             self.state.refresh(f"collections/{name}")
             return self.get(name)
-        check_name(name)
         if kind != "pyramid":
             raise InvalidParameterError(
                 f"a Pyramid coordinator creates kind 'pyramid' collections; got {kind!r}")
