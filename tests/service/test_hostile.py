@@ -382,3 +382,16 @@ def test_an_incarnation_is_a_part_replica_id_and_bounded(tmp_path):
     assert s.names() == []
     assert s.create("c", DIM, "l2", "flat", {}, part_replica=True,
                     incarnation="ab12").describe()["incarnation"] == "ab12"
+
+
+@pytest.mark.parametrize("recent", [[["x", 1, 2, 3]], [[1, 2]], "nope"])
+def test_a_copy_with_a_malformed_part_state_is_refused_and_changes_nothing(tmp_path, recent):
+    """A part copy's fencing state comes from the network (ImportCollection): a malformed one
+    is refused, saying what is expected, and no collection is made or replaced."""
+    s = Store(tmp_path)
+    config, data = s.create("a", DIM, "l2", "flat", {}, part_replica=True).export()
+    config = dict(config, part_state={"term": 1, "attempt": 0, "applied": 0, "recent": recent})
+    with pytest.raises(ValueError, match="a part state must be"):
+        s.import_collection("b", config, data)
+    assert s.names() == ["a"]
+    s.close()

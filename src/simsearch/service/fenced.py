@@ -66,11 +66,18 @@ class FencedState:
 
     @classmethod
     def from_json(cls, d: dict) -> FencedState:
-        recent = [tuple(int(v) for v in r) for r in d.get("recent", [])][-RECENT:]
-        if any(len(r) != 4 for r in recent):
-            raise ValueError("a part state's recent ranges are (first, through, term, attempt)")
-        return cls(int(d["term"]), int(d["attempt"]), int(d["applied"]),
-                   recent=recent)  # type: ignore[arg-type]
+        """ValueError, saying what is expected, for a state that does not have this shape (a
+        copy's ``part_state`` comes from the network)."""
+        try:
+            recent = [tuple(int(v) for v in r) for r in d.get("recent", [])][-RECENT:]
+            if not isinstance(d.get("recent", []), list) or any(len(r) != 4 for r in recent):
+                raise ValueError
+            return cls(int(d["term"]), int(d["attempt"]), int(d["applied"]),
+                       recent=recent)  # type: ignore[arg-type]
+        except (TypeError, ValueError, KeyError, AttributeError):
+            raise ValueError(
+                "a part state must be {term, attempt, applied: integers, recent: a list of "
+                f"[first, through, term, attempt] integers}}; got {str(d)[:160]}") from None
 
     def check_prepare(self, term: int, attempt: int) -> None:
         if (term, attempt) < (self.term, self.attempt):
