@@ -19,7 +19,8 @@ its shard server and judges:
   (an unacknowledged op may take effect at any time after its invocation).
 
 Vectors are a pure function of (seed, id, version), so a replica's version of an id is found by
-an exact search of each candidate version's vector.
+an exact search of each candidate version's vector: the collection must be "l2" (distance 0 is
+a match; under "ip" MIPS copies would also put an id in several parts).
 """
 
 from __future__ import annotations
@@ -275,3 +276,46 @@ class History:
                 "unknown_version": unknown_version, "reads_ok": len(self.read_ok),
                 "read_failures": len(self.read_failures),
                 "held": sum(v is not None for v in final.values())}
+
+
+def run_with(cl, fault, collection: str, dim: int, ids: np.ndarray, seed: int,
+             settle: float = 3.0) -> tuple[History, dict, float]:
+    """On local cluster ``cl``: load ``ids`` at version 0, start the load, run ``fault()``
+    (returns when the fault ended), let the cluster settle, stop, check. Returns (history,
+    report, fault end time)."""
+    import json
+
+    h = History(cl.coordinators, collection, dim, ids, seed=seed, timeout=5.0, give_up=30.0)
+    h.load_initial()
+    h.start()
+    try:
+        time.sleep(2.0)
+        fault()
+        t_end = time.monotonic()
+        time.sleep(settle)
+    finally:
+        h.stop()
+    wait_in_sync(cl)
+    up = cl.up
+    report = h.check(up["etcd"], up["cluster"], cl.coordinator)
+    print(json.dumps({k: v if isinstance(v, (int, dict)) else v[:10] for k, v in report.items()}))
+    return h, report, t_end
+
+
+def wait_in_sync(cl, timeout: float = 60.0) -> None:
+    """Until the cluster has a leader and no replica is out of sync."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        st = cl.status()
+        if st["leader"] and not any(p.get("out_of_sync") for p in st["processes"]):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"replicas still out of sync after {timeout} s: {cl.status()}")
+
+
+def assert_consistent(report: dict) -> None:
+    """Every id explained, replicas agree, no ghosts or losses, and the load made progress."""
+    assert report["ops"] > 20, report
+    assert report["outcomes"].get("ok", 0) > 10, report["outcomes"]
+    for key in ("violations", "diverged", "ghosts", "lost", "in_two_parts", "unknown_version"):
+        assert report[key] == [], f"{key}: {report[key][:10]}"

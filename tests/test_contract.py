@@ -193,6 +193,24 @@ def test_remove(case, metric, data):
 
 
 @pytest.mark.parametrize("case,metric", params())
+def test_get_vectors(case, metric, data):
+    """Stored vectors come back in the order asked (unit rows under cosine; a quantized
+    kind's reconstructions, close); an id not held is named and nothing else is returned."""
+    base, _ = data
+    idx = built(case, metric, base[:1000])
+    ids = np.array([999, 3, 500, 3])
+    want = base[ids] / (np.linalg.norm(base[ids], axis=1, keepdims=True)
+                        if metric == "cosine" else 1)
+    got = idx.get_vectors(ids)
+    assert got.shape == (4, DIM) and got.dtype == np.float32
+    err = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+    assert (err < (0.5 if case.id.startswith("neq") else 1e-5)).all(), err
+    assert idx.get_vectors([]).shape == (0, DIM)
+    with pytest.raises(errors.UnknownIdError, match="1000000"):
+        idx.get_vectors([3, 10**6])
+
+
+@pytest.mark.parametrize("case,metric", params())
 def test_save_load_identical(case, metric, data, tmp_path):
     base, queries = data
     idx = built(case, metric, base)

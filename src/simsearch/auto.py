@@ -423,6 +423,9 @@ class AutoIndex(Index):
     def _remove(self, ids: np.ndarray) -> None:
         self._inner.remove(ids)
 
+    def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        return self._inner.get_vectors(ids)
+
     def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
                          **params: Any) -> SearchResult:
         return self._search(q, k, **filt.kwargs(), **params)  # the chosen index plans it

@@ -300,6 +300,25 @@ class Index:
         with self._lock.read():
             return self._idset.contains(ids)
 
+    def get_vectors(self, ids: Any) -> np.ndarray:
+        """The stored vectors of ``ids`` (all held), float32 (n, dim), in the order given: unit
+        rows under cosine, a quantized index's reconstructions (faiss's ``reconstruct_batch``,
+        hnswlib's ``get_items``). UnknownIdError names ids not held."""
+        ids = as_id_array(ids)
+        with self._lock.read():
+            missing = ~self._idset.contains(ids)
+            if missing.any():
+                raise UnknownIdError(f"ids must be in the index; {int(missing.sum())} are not, "
+                                     f"e.g. id {int(ids[missing][0])}")
+            if not ids.size:
+                return np.empty((0, self.dim), np.float32)
+            try:
+                x = self._vectors_of(ids)
+            except NotImplementedError:
+                raise UnsupportedOperationError(
+                    f"{type(self).__name__} keeps no vectors to return") from None
+            return np.ascontiguousarray(x, np.float32)
+
     def train(self, x: Any) -> None:
         """Learn what the method needs from a sample; a no-op for indexes that learn nothing.
         Re-training a trained index that holds items raises RetrainNonEmptyError and changes

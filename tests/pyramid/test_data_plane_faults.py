@@ -12,7 +12,6 @@ both out of sync and searches on that part never came back ("no in-sync replica"
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -23,7 +22,8 @@ import pytest
 pytest.importorskip("grpc")
 pytest.importorskip("etcd3")
 
-from history import History  # noqa: E402
+import history  # noqa: E402
+from history import assert_consistent  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -49,42 +49,8 @@ def cluster(tmp_path_factory):
         cl.stop()
 
 
-def run_with(cl, fault, settle: float = 3.0) -> tuple[History, dict, float]:
-    """Load the ids at version 0, start the load, run ``fault()`` (returns when the fault ended),
-    let the cluster settle, stop, check. Returns (history, report, fault end time)."""
-    h = History(cl.coordinators, "docs", DIM, np.arange(N_IDS), seed=SEED, timeout=5.0,
-                give_up=30.0)
-    h.load_initial()
-    h.start()
-    try:
-        time.sleep(2.0)
-        fault()
-        t_end = time.monotonic()
-        time.sleep(settle)
-    finally:
-        h.stop()
-    wait_in_sync(cl)
-    up = cl.up
-    report = h.check(up["etcd"], up["cluster"], cl.coordinator)
-    print(json.dumps({k: v if isinstance(v, (int, dict)) else v[:10] for k, v in report.items()}))
-    return h, report, t_end
-
-
-def wait_in_sync(cl, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        st = cl.status()
-        if st["leader"] and not any(p.get("out_of_sync") for p in st["processes"]):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"replicas still out of sync after {timeout} s: {cl.status()}")
-
-
-def assert_consistent(report: dict) -> None:
-    assert report["ops"] > 20, report
-    assert report["outcomes"].get("ok", 0) > 10, report["outcomes"]
-    for key in ("violations", "diverged", "ghosts", "lost", "in_two_parts", "unknown_version"):
-        assert report[key] == [], f"{key}: {report[key][:10]}"
+def run_with(cl, fault, settle: float = 3.0):
+    return history.run_with(cl, fault, "docs", DIM, np.arange(N_IDS), SEED, settle)
 
 
 def leader_role(cl) -> str:

@@ -30,23 +30,96 @@ def checkpoint_blobs(meta: dict) -> list[str]:
     return [meta["blob"]] if n == 1 else [f"{meta['blob']}.{i}" for i in range(n)]
 
 
-def read_checkpoint(pool, name: str, meta: dict) -> bytes:
-    """A checkpoint's bytes from the first holder that answers, checksum checked."""
-    data = None
+class CheckpointLostError(ServiceUnavailableError):
+    """Every copy of a router checkpoint is gone (each holder retired, lost for good, or
+    answering that its blobs are absent or damaged): the leader rebuilds the router from its
+    parts (rebuild.py)."""
+
+
+def read_checkpoint(pool, name: str, meta: dict, lost=lambda sid: False) -> bytes:
+    """A checkpoint's bytes from the first holder that answers with them intact.
+    CheckpointLostError when no holder has them any more (``lost(sid)``: the shard is gone for
+    good); ServiceUnavailableError when some holder may yet answer."""
+    from ..service.errors import CollectionNotFoundError, DataLossError
+
+    gone = 0
     for sid in meta["holders"]:
+        if lost(sid):
+            gone += 1
+            continue
         try:
             cli = pool.client(sid)
             data = b"".join(cli.get_blob(b) for b in checkpoint_blobs(meta))
-            break
+        except (CollectionNotFoundError, DataLossError) as exc:
+            gone += 1
+            log.warning("%s: router checkpoint %s is gone from shard %d: %s", name, meta["blob"],
+                        sid, exc)
+            continue
         except Exception as exc:  # try the next holder
             log.warning("%s: router checkpoint %s not read from shard %d: %s", name,
                         meta["blob"], sid, exc)
-    if data is None:
-        raise ServiceUnavailableError(
-            f"{name}: no shard holding router checkpoint {meta['blob']} answered; retry")
-    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise ServiceUnavailableError(f"{name}: router checkpoint checksum mismatch")
-    return data
+            continue
+        if hashlib.sha256(data).hexdigest() == meta["sha256"]:
+            return data
+        gone += 1
+        log.warning("%s: router checkpoint %s on shard %d fails its checksum", name,
+                    meta["blob"], sid)
+    if gone == len(meta["holders"]):
+        raise CheckpointLostError(f"{name}: every copy of router checkpoint {meta['blob']} "
+                                  "is lost")
+    raise ServiceUnavailableError(
+        f"{name}: no shard holding router checkpoint {meta['blob']} answered; retry")
+
+
+def model_blob(name: str) -> str:
+    """The blob holding a collection's trained router before any item (its model: centres,
+    partition, meta-HNSW), kept beside every replica of its parts for rebuild.py."""
+    return f"{name}.model"
+
+
+def store_model(pool, name: str, incarnation: str, data: bytes, shards) -> None:
+    """Put the model on ``shards`` (at least one must take it)."""
+    blob = _model_header(incarnation) + data
+    took = []
+    for sid in shards:
+        try:
+            pool.client(sid).put_blob(model_blob(name), blob)
+            took.append(sid)
+        except Exception as exc:
+            log.warning("%s: model not stored on shard %d: %s", name, sid, exc)
+    if not took:
+        raise ServiceUnavailableError(f"{name}: no shard took the router's model")
+
+
+def copy_model(pool, name: str, source: int, target: int) -> None:
+    """Give shard ``target`` the model ``source`` holds (a part replica moved or re-copied
+    there), unless it has it. Best effort: the checkpoints are the router's first copies."""
+    blob = model_blob(name)
+    try:
+        cli = pool.client(target)
+        if not any(b["name"] == blob for b in cli.list_blobs()):
+            cli.put_blob(blob, pool.client(source).get_blob(blob))
+    except Exception as exc:
+        log.warning("%s: model not copied from shard %d to %d: %s", name, source, target, exc)
+
+
+def read_model(pool, name: str, incarnation: str, shards) -> bytes:
+    """The model of this incarnation from the first of ``shards`` that holds it."""
+    head = _model_header(incarnation)
+    for sid in shards:
+        try:
+            data = pool.client(sid).get_blob(model_blob(name))
+        except Exception as exc:
+            log.warning("%s: model not read from shard %d: %s", name, sid, exc)
+            continue
+        if data.startswith(head):
+            return data[len(head):]
+        log.warning("%s: the model on shard %d is another incarnation's", name, sid)
+    raise ServiceUnavailableError(f"{name}: no shard holding one of its parts has its model")
+
+
+def _model_header(incarnation: str) -> bytes:
+    return json.dumps({"incarnation": incarnation}).encode() + b"\n"
 
 
 def store_checkpoint(coord, name: str, seq: int, data: bytes) -> None:

@@ -39,8 +39,8 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     from ..service.server import add_serve_arguments
     from . import launcher
     from .control.etcd_server import DEFAULT_QUOTA_BYTES
-    from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER, run_coordinator
-    from .shardnode import run_shard
+    from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER
+    from .nodes import run_coordinator, run_shard
 
     p = subparsers.add_parser("cluster", help="a Pyramid cluster: shards, coordinators, etcd")
     sub = p.add_subparsers(dest="cluster_command", required=True)

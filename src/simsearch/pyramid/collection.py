@@ -20,13 +20,19 @@ import numpy as np
 
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import SearchResult, as_id_array, as_matrix
-from . import routerlog
-from .checkpoints import read_checkpoint, store_checkpoint
+from . import rebuild, routerlog
+from .checkpoints import (
+    CheckpointLostError,
+    read_checkpoint,
+    read_model,
+    store_checkpoint,
+    store_model,
+)
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare
 from .fanout import DEADLINE
 from .parts import RouterBehindError, load_router
-from .replication import PartSequences, replicate
+from .replication import PartSequences, replicate, sequence_record
 from .routerlog import log_key
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,7 @@ class ClusterCollection:
         #: the leader term whose take-over this collection finished (see ``take_over``)
         self.ready_term: int | None = None
         self._checkpointing = False
+        self._rebuilding = False
         self._checkpoint_idle = threading.Event()
         self._checkpoint_idle.set()
 
@@ -91,12 +98,54 @@ class ClusterCollection:
         return r
 
     def _load_checkpoint(self, meta: dict) -> None:
-        data = read_checkpoint(self.coord.pool, self.name, meta)
+        try:
+            data = read_checkpoint(self.coord.pool, self.name, meta, self.coord.shard_lost)
+        except CheckpointLostError:
+            if not self.coord.is_leader():
+                raise
+            return self._rebuild(meta)
+        self._loaded(self._load_router(data), int(meta["seq"]))
+        self.checkpoint_seq = self.applied
+
+    def _load_router(self, data: bytes):
         index = load_router(data, self.coord.pool, part_schema=self.config.get("schema"),
                             part_incarnation=self.config.get("incarnation", ""))
         index.part_prefix = self.name
-        self._loaded(index, int(meta["seq"]))
-        self.checkpoint_seq = self.applied
+        return index
+
+    def _rebuild(self, meta: dict) -> None:
+        """Every copy of the router's checkpoint is lost: rebuild it from its parts
+        (rebuild.py) as one write committed by a new checkpoint."""
+        coord, name = self.coord, self.name
+        log.error("%s: every copy of router checkpoint %s is lost; rebuilding the router from "
+                  "its parts", name, meta["blob"])
+        model = read_model(coord.pool, name, self.config.get("incarnation", ""),
+                           rebuild.part_shards(coord, name))
+        index = self._load_router(model)
+        seqs, last = rebuild.committed_sequences(coord, name, index.parts, int(meta["seq"]))
+        self._rebuilding = True  # readers wait (``current``): this router is still empty
+        try:
+            self.index, self.seqs, self.applied = index, seqs, last
+            coord.pool.register(index, self)
+            self.take_over(coord.term())  # every replica up brought to its committed sequence
+            held, ids, x, attributes = rebuild.read_items(coord, index.parts)
+            draft = index.draft()
+            if ids.size:
+                draft.take(rebuild.plan(draft.router, held, ids, x))
+            by_part = self.seqs.number(draft.jobs, _attributes_by_id(attributes, ids))
+            commit = lambda seq_rec: self._commit(draft, seq_rec, checkpoint=True)  # noqa: E731
+            if by_part:
+                replicate(coord, {p: index.parts[p] for p in by_part}, by_part, None, commit)
+            else:
+                commit(sequence_record({}, (coord.term(), 0)))
+        except BaseException:
+            self._drop_router()
+            raise
+        finally:
+            self._rebuilding = False
+        coord.router_rebuilds += 1
+        log.error("%s: router rebuilt from its parts: %d items, %d part jobs, checkpoint at "
+                  "log record %d", name, ids.size, len(draft.jobs), self.applied)
 
     def catch_up(self) -> None:
         """Apply the log records this copy has not seen (loading the checkpoint when the log
@@ -131,8 +180,8 @@ class ClusterCollection:
                 self.seqs = self.seqs.committed(r)
 
     def current(self):
-        if self.index is None:
-            self.catch_up()
+        if self.index is None or self._rebuilding:
+            self.catch_up()  # waits for the write lock a load or a rebuild holds
         return self.index
 
     def invalidate(self) -> None:
@@ -200,16 +249,17 @@ class ClusterCollection:
                           lambda seq_rec: self._commit(draft, seq_rec))
             return out
 
-    def _commit(self, draft, seq_rec: dict) -> None:
+    def _commit(self, draft, seq_rec: dict, checkpoint: bool = False) -> None:
         """The commit point: a write's decisions and sequences as one log record, appended in a
-        transaction fenced by the election; then its router installed. Raises, dropping this
+        transaction fenced by the election (or a checkpoint of the router it makes, when
+        ``checkpoint`` or too big for etcd); then its router installed. Raises, dropping this
         copy, when the append did not land or its outcome is unknown."""
         coord = self.coord
         records = [*draft.records, seq_rec]
         seq = self.applied + 1
         try:
-            data = routerlog.encode(records)
-            if data is None:  # too big for etcd: a checkpoint carries this write instead
+            data = None if checkpoint else routerlog.encode(records)
+            if data is None:  # a checkpoint carries this write instead
                 self.index.install(draft)
                 self.seqs = self.seqs.committed(seq_rec)
                 self._checkpoint_locked(seq)
@@ -353,6 +403,8 @@ class ClusterCollection:
             self.seqs = PartSequences.empty(index.n_parts)
             seq = self.applied + 1
             try:
+                store_model(coord.pool, self.name, self.config.get("incarnation", ""),
+                            index.to_bytes(), rebuild.part_shards(coord, self.name))
                 self._checkpoint_locked(seq)  # the trained model is durable before we answer
             except Exception:
                 self._drop_router()

@@ -30,11 +30,11 @@ from ..service.errors import (
     CollectionNotFoundError,
     ServiceUnavailableError,
 )
-from .checkpoints import checkpoint_blobs
+from .checkpoints import checkpoint_blobs, model_blob
 from .collection import ClusterCollection
 from .control.election import Election
 from .control.errors import CoordinationError, NotLeaderError
-from .control.etcd import Compare, Etcd, tls_from_args
+from .control.etcd import Compare, Etcd
 from .control.state import ClusterState
 from .rebalance import Rebalancing
 from .shards import ShardPool
@@ -81,6 +81,7 @@ class Coordinator(Rebalancing):
         self.etcd = etcd
         self.checkpoint_log_bytes = checkpoint_log_bytes
         self.log_bytes = 0  # router log bytes this coordinator appended as leader
+        self.router_rebuilds = 0  # routers rebuilt from their parts (rebuild.py)
         self.compactions = 0
         self.lease_ttl = lease_ttl
         self.replace_after = replace_after
@@ -205,7 +206,13 @@ class Coordinator(Rebalancing):
             try:
                 if local is not None and self.is_leader():
                     return local()
-                leader, cli = self._leader()
+                try:
+                    leader, cli = self._leader()
+                except ServiceUnavailableError:  # nothing was sent: any call may wait
+                    if time.monotonic() >= end or self._stop.is_set():
+                        raise
+                    time.sleep(0.05)
+                    continue
                 if not idempotent:
                     with call_deadline(deadline), call_as(token):
                         return fn(cli)
@@ -326,6 +333,8 @@ class Coordinator(Rebalancing):
                 try:
                     with call_deadline(time.monotonic() + DROP_TIMEOUT):
                         self.pool.client(sid).drop_collection(part)
+                        with contextlib.suppress(CollectionNotFoundError):
+                            self.pool.client(sid).delete_blob(model_blob(name))
                 except Exception as exc:
                     log.warning("could not drop %s on shard %d: %s", part, sid, exc)
             self.pool.parts.pop(part, None)
@@ -423,32 +432,3 @@ class Coordinator(Rebalancing):
         for sid in self.state.shards():
             self.pool.recover(sid)
 
-
-def run_coordinator(args) -> int:
-    """``simsearch cluster coordinator``: serve the cluster's collections and join the
-    election (docs/cluster.md)."""
-    from ..service.server import run_serve
-
-    token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
-    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl),
-                tls=tls_from_args(args))
-    etcd.check_server_version(args.allow_unsafe_etcd)
-    coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
-                        replace_after=args.replace_after,
-                        leader_tls_ca=getattr(args, "cluster_tls_ca", None) or args.shard_tls_ca
-                        or args.tls_cert,
-                        checkpoint_log_bytes=args.checkpoint_log_bytes,
-                        min_insync_replicas=args.min_insync_replicas,
-                        pool_options={"health_interval": args.health_interval, "token": token,
-                                      "tls_ca": args.shard_tls_ca})
-
-    def attach(running, stop):
-        coord.start(args.advertise or f"{args.host}:{running.port}")
-
-        def cleanup():
-            if coord.election is not None:
-                coord.election.close()  # resign now: a standby leads within one watch event
-
-        return cleanup, {"address": coord.address, "role": "coordinator"}
-
-    return run_serve(args, store=coord, attach=attach)

@@ -7,6 +7,7 @@ Large-scale Datasets" (IEEE Big Data 2019).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -124,33 +125,26 @@ class PyramidIndex(Index):
         n_centers = check_int("n_centers", n_centers, 1, 1 << 22)
         n_partitions = check_int("n_partitions", n_partitions, 1, 4096)
         if n_partitions > n_centers:
-            raise InvalidParameterError(
-                f"n_partitions must be <= n_centers; got n_partitions={n_partitions}, "
-                f"n_centers={n_centers}"
-            )
+            raise InvalidParameterError(f"n_partitions must be <= n_centers; got n_partitions="
+                                        f"{n_partitions}, n_centers={n_centers}")
         if sample_size is not None:
             sample_size = check_int("sample_size", sample_size, 1)
         mips_replicas = check_int("mips_replicas", mips_replicas, 0, 1 << 20)
         seed = check_int("seed", seed, 0)
         meta_M = check_int("meta_M", meta_M, 2, 256)
-        if isinstance(edge_tau, bool) or not isinstance(edge_tau, (int, float)) or not (
-            0 <= edge_tau <= 10
-        ):
+        if isinstance(edge_tau, bool) or not isinstance(edge_tau, (int, float)) \
+                or not 0 <= edge_tau <= 10:
             raise InvalidParameterError(f"edge_tau must be a number in [0, 10]; got {edge_tau!r}")
         if not isinstance(sub_index, str) or sub_index in _FORBIDDEN_SUB:
             raise InvalidParameterError(
-                f"sub_index must be an index kind other than 'pyramid'; got {sub_index!r}"
-            )
+                f"sub_index must be an index kind other than 'pyramid'; got {sub_index!r}")
         sub_cls = index_class(sub_index)
         if sub_cls.needs_training:
-            raise InvalidParameterError(
-                f"sub_index must not need training; {sub_index!r} does"
-            )
-        super().__init__(
-            dim, metric, n_centers=n_centers, n_partitions=n_partitions,
-            sample_size=sample_size, mips_replicas=mips_replicas, sub_index=sub_index, seed=seed,
-            meta_M=meta_M, edge_tau=edge_tau, **sub_params,
-        )
+            raise InvalidParameterError(f"sub_index must not need training; {sub_index!r} does")
+        super().__init__(dim, metric, n_centers=n_centers, n_partitions=n_partitions,
+                         sample_size=sample_size, mips_replicas=mips_replicas,
+                         sub_index=sub_index, seed=seed, meta_M=meta_M, edge_tau=edge_tau,
+                         **sub_params)
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
         self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
@@ -219,8 +213,7 @@ class PyramidIndex(Index):
         sample = x[rng.choice(x.shape[0], limit, replace=False)] if x.shape[0] > limit else x
         if sample.shape[0] < m:
             raise InvalidParameterError(
-                f"training needs at least n_centers={m} vectors; got {sample.shape[0]}"
-            )
+                f"training needs at least n_centers={m} vectors; got {sample.shape[0]}")
         centres, poc, meta, sizes = fit_partition(
             sample, m, self.n_parts, self.spherical, p["seed"], p["meta_M"], p["edge_tau"])
         r = p["mips_replicas"] if self.uses_mips_copies else 0
@@ -242,6 +235,15 @@ class PyramidIndex(Index):
 
     def _remove(self, ids: np.ndarray) -> None:
         self._write(self.router.plan_remove(ids))
+
+    def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
+        if self._search_many is not None:
+            raise NotImplementedError  # remote parts: read a part's collection instead
+        at = np.fromiter(map(self.router.home.get, ids.tolist()), np.int64, ids.size)
+        out = np.empty((ids.size, self.dim), np.float32)
+        for p in np.unique(at).tolist():
+            out[at == p] = self.parts[p].get_vectors(ids[at == p])
+        return out
 
     def _write(self, decision: Decision) -> None:
         if self._search_many is not None:
@@ -271,10 +273,7 @@ class PyramidIndex(Index):
         """Replay write decisions another router made (a coordinator following the leader's
         log): the router changes as if the writes were made here; no part is called."""
         with self._lock.write():
-            router = self.router
-            for rec in records:
-                router = router.apply(rec)
-            self.router = router
+            self.router = functools.reduce(Router.apply, records, self.router)
             self._track_ids(records)
 
     def _track_ids(self, records) -> None:

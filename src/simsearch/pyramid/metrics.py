@@ -5,8 +5,8 @@ from __future__ import annotations
 
 def collect(coord):
     """Prometheus metrics of a coordinator (docs/service.md, "Metrics"): its role, shards up,
-    the fan-out, hedges, router log bytes, etcd compactions, out-of-sync replicas and part
-    latency."""
+    the fan-out, hedges, router log bytes, etcd compactions, router rebuilds, out-of-sync
+    replicas and part latency."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     pool = coord.pool
@@ -28,6 +28,9 @@ def collect(coord):
     compactions = CounterMetricFamily("simsearch_pyramid_etcd_compactions",
                                       "etcd compactions after router checkpoints")
     compactions.add_metric([], float(coord.compactions))
+    rebuilds = CounterMetricFamily("simsearch_pyramid_router_rebuilds",
+                                   "routers rebuilt from their parts (every checkpoint copy lost)")
+    rebuilds.add_metric([], float(coord.router_rebuilds))
     stale = GaugeMetricFamily("simsearch_pyramid_replicas_out_of_sync",
                               "part replicas not in sync (no reads until re-copied)",
                               labels=["collection"])
@@ -39,4 +42,5 @@ def collect(coord):
                             "p95 of a part's recent calls (its hedge delay)", labels=["part"])
     for part in sorted(pool.parts):
         p95.add_metric([part], pool.hedge_delay(part))
-    yield from (leader, up, queries, fanout, hedges, log_bytes, compactions, stale, p95)
+    yield from (leader, up, queries, fanout, hedges, log_bytes, compactions, rebuilds, stale,
+                p95)

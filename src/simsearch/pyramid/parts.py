@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import SimsearchError
 from ..index import SearchResult
+from .checkpoints import copy_model
 from .fanout import _PartCall
 
 if TYPE_CHECKING:
@@ -237,6 +238,7 @@ class RemotePart:
                 config, data = self.pool.client(peer).export_collection(self.name)
                 config["fence_term"] = term
                 self.pool.client(sid).import_collection(self.name, config, data)
+                copy_model(self.pool, self.name.rsplit(".p", 1)[0], peer, sid)
             except Exception as exc:  # try the next peer
                 log.warning("%s: copy from shard %d to %d failed: %s", self.name, peer, sid, exc)
                 continue

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 
+from .checkpoints import copy_model
 from .control.placement import next_move, place
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,16 @@ class Rebalancing:
     def active_shards(self) -> list[int]:
         draining, retired = self.state.draining(), self.state.retired()
         return sorted(s for s in self.state.shards() if s not in draining | retired)
+
+    def shard_lost(self, sid: int) -> bool:
+        """Shard ``sid`` is gone for good: retired, or unregistered for longer than
+        ``replace_after`` (its replicas are being remade elsewhere)."""
+        if sid in self.state.retired():
+            return True
+        if sid in self.state.shards():
+            return False
+        since = self._since_unregistered.setdefault(sid, time.monotonic())
+        return time.monotonic() - since > self.replace_after
 
     def checkpoint_holders(self) -> list[int]:
         """Where router checkpoints go: up to three live shards (replication beyond one)."""
@@ -116,6 +127,7 @@ class Rebalancing:
             config, data = self.pool.client(sources[0]).export_collection(move.part)
             config["fence_term"] = term
             self.pool.client(move.target).import_collection(move.part, config, data)
+            copy_model(self.pool, name, sources[0], move.target)
 
             def switch(e):
                 if move.source not in e["replicas"] or move.target in e["replicas"]:

@@ -379,7 +379,7 @@ class Draft:
         x = as_matrix(x, self.index.dim, self.index.metric)
         ids = new_ids(ids, x.shape[0], self.next_id, self.contains)
         if ids.size:
-            self._take(self.router.plan_add(x, ids))
+            self.take(self.router.plan_add(x, ids))
             self.next_id = max(self.next_id, int(ids.max()) + 1)
         return ids
 
@@ -387,10 +387,11 @@ class Draft:
         ids = as_id_array(ids)
         check_held(ids, self.contains)
         if ids.size:
-            self._take(self.router.plan_remove(ids))
+            self.take(self.router.plan_remove(ids))
         return int(ids.size)
 
-    def _take(self, decision: Decision) -> None:
+    def take(self, decision: Decision) -> None:
+        """Add a planned decision (``plan_add`` / ``plan_remove`` on ``router``) to the write."""
         self.decisions.append(decision)
         self.router = self.router.apply(decision.record)
 

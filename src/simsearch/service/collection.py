@@ -57,7 +57,6 @@ from .attributes import AttributeTable
 from .errors import (
     DataLossError,
     DeadlineExceededError,
-    FencedPartError,
     NotPartReplicaError,
     ResourceExhaustedError,
     ServiceUnavailableError,
@@ -460,18 +459,17 @@ class Collection:
             raise DeadlineExceededError("the call's deadline passed while waiting for other writes")
         try:
             index = self._index()
-            if part == "only" and not self.part_replica:
-                raise NotPartReplicaError(
-                    f"collection {self.name!r} is not a Pyramid part replica: part writes go "
-                    "only to collections a cluster created as parts")
-            if self.part_replica and not part:
-                raise FencedPartError(
-                    f"collection {self.name!r} is a Pyramid part replica: it takes writes only "
-                    "from the cluster's leader (PartPrepare / PartSync); write through a "
-                    "coordinator")
+            self._check_writer(part)
             yield index
         finally:
             self._writer.release()
+
+    def _check_writer(self, part: bool | str) -> None:
+        """Refuse a write this class does not take (``_write``'s ``part``)."""
+        if part == "only":
+            raise NotPartReplicaError(
+                f"collection {self.name!r} is not a Pyramid part replica: part writes go "
+                "only to collections a cluster created as parts")
 
     def _commit(self, op: int, meta: dict, blobs: tuple[bytes, ...], apply: Callable[[], Any],
                 sync: bool = True) -> Any:

@@ -18,7 +18,7 @@ from ..index import Index
 from . import wal as walmod
 from .attributes import AttributeTable
 from .collection import PART_OPS, Collection, _check_unique, _upsert, _Vectors
-from .errors import OpsGoneError, ResourceExhaustedError
+from .errors import FencedPartError, OpsGoneError, ResourceExhaustedError
 from .fenced import FencedState, PartOp
 from .wal import WriteAheadLog
 
@@ -74,6 +74,13 @@ class PartReplica(Collection):
     """A Pyramid part's replica (module docstring); a PartReplica of service.protocols."""
 
     part_replica = True
+
+    def _check_writer(self, part: bool | str) -> None:
+        if not part:
+            raise FencedPartError(
+                f"collection {self.name!r} is a Pyramid part replica: it takes writes only "
+                "from the cluster's leader (PartPrepare / PartSync); write through a "
+                "coordinator")
 
     def __init__(self, *args: Any, **kwargs: Any):
         #: the fencing state, once a Pyramid leader has written this replica (fenced.py)

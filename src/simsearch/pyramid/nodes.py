@@ -1,6 +1,7 @@
-"""The shard role (docs/cluster.md, "Shards"): an ordinary search node that registers itself in
-etcd under a lease, so membership and liveness come from etcd, and stops once the leader has
-moved its replicas away after ``cluster drain``."""
+"""The cluster's node roles as processes (docs/cluster.md): a shard (an ordinary search node that
+registers itself in etcd under a lease, so membership and liveness come from etcd, and stops
+once the leader has moved its replicas away after ``cluster drain``) and a coordinator (a
+Coordinator served as a node's store, joining the election)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,35 @@ def run_shard(args) -> int:
         return cleanup, {"id": sid, "address": address, "role": "shard"}
 
     return run_serve(args, attach=attach)
+
+
+def run_coordinator(args) -> int:
+    """``simsearch cluster coordinator``: serve the cluster's collections and join the
+    election (docs/cluster.md)."""
+    from ..service.server import run_serve
+
+    token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
+    etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl),
+                tls=tls_from_args(args))
+    etcd.check_server_version(args.allow_unsafe_etcd)
+    from .coordinator import Coordinator
+
+    coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
+                        replace_after=args.replace_after,
+                        leader_tls_ca=getattr(args, "cluster_tls_ca", None) or args.shard_tls_ca
+                        or args.tls_cert,
+                        checkpoint_log_bytes=args.checkpoint_log_bytes,
+                        min_insync_replicas=args.min_insync_replicas,
+                        pool_options={"health_interval": args.health_interval, "token": token,
+                                      "tls_ca": args.shard_tls_ca})
+
+    def attach(running, stop):
+        coord.start(args.advertise or f"{args.host}:{running.port}")
+
+        def cleanup():
+            if coord.election is not None:
+                coord.election.close()  # resign now: a standby leads within one watch event
+
+        return cleanup, {"address": coord.address, "role": "coordinator"}
+
+    return run_serve(args, store=coord, attach=attach)
