@@ -310,3 +310,25 @@ def test_bad_search_parameters_are_refused(case, data):
             else:
                 accepted.append(f"{name}={value!r}")
     assert not accepted, f"{case.id} silently accepted {accepted}"
+
+
+@pytest.mark.parametrize("case,metric", [p for p in params() if p.values[1] == "l2"
+                                         or p.values[0].metrics == ("ip",)])
+def test_the_largest_id_saves_and_loads_and_a_larger_one_is_refused(case, metric, data,
+                                                                     tmp_path):
+    """The defect: an id of 2**62 or more was accepted on add, but a saved file keeps its next
+    free id below 2**62, so the index saved and then could not be loaded again (seen:
+    CorruptIndexError "its id set is not sorted, unique, non-negative ids")."""
+    base, queries = data
+    idx = built(case, metric, base[:200])
+    before = snapshot(idx, queries[:3], case)
+    for bad in ([ss.MAX_ID + 1], [5000, 2**63 - 1]):
+        with pytest.raises(errors.InvalidIdError, match="at most"):
+            idx.add(base[:len(bad)], ids=bad)
+        assert_unchanged(before, snapshot(idx, queries[:3], case))
+    idx.add(base[:1], ids=[ss.MAX_ID])
+    idx.save(tmp_path / "i.idx")
+    back = ss.load(tmp_path / "i.idx")
+    assert back.contains([ss.MAX_ID]).all() and len(back) == 201
+    with pytest.raises(errors.InvalidIdError, match="largest id"):
+        back.add(base[:1])

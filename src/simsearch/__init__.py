@@ -4,7 +4,7 @@ from . import errors
 from .auto import AutoIndex, auto_index
 from .flat import FlatIndex
 from .hnsw import HNSWIndex
-from .index import Index, SearchResult, create_index, index_kinds, load, loads
+from .index import MAX_ID, Index, SearchResult, create_index, index_kinds, load, loads
 from .normscan import NormIVFIndex, NormScanIndex
 from .service.client import connect  # imports grpc only when called
 
@@ -16,6 +16,7 @@ __all__ = [
     "FlatIndex",
     "HNSWIndex",
     "Index",
+    "MAX_ID",
     "NormIVFIndex",
     "NormScanIndex",
     "SearchResult",

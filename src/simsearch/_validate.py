@@ -133,9 +133,15 @@ def as_id_array(ids: Any, what: str = "ids") -> np.ndarray:
     return arr
 
 
+#: the largest id an item may take: a saved index keeps its next free id below 2**62
+MAX_ID = (1 << 62) - 2
+
+
 def check_batch_ids(ids: Any, n: int) -> np.ndarray:
-    """Ids for a batch of n vectors: non-negative integers, one per vector, unique."""
+    """Ids for a batch of n vectors: integers in [0, MAX_ID], one per vector, unique."""
     ids = as_id_array(ids)
+    if ids.size and ids.max() > MAX_ID:
+        raise InvalidIdError(f"ids must be at most {MAX_ID} (2**62 - 2); got {int(ids.max())}")
     if ids.shape[0] != n:
         raise InvalidIdError(
             f"ids must have one entry per vector: got {ids.shape[0]} ids for {n} vectors"

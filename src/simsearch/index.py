@@ -21,6 +21,7 @@ import numpy as np
 from ._exact import exact_topk
 from ._rwlock import RWLock
 from ._validate import (  # noqa: F401  (re-exported: the contract's validation)
+    MAX_ID,
     MAX_K,
     MAX_RESULT_ENTRIES,
     METRICS,
@@ -37,6 +38,7 @@ from ._validate import (  # noqa: F401  (re-exported: the contract's validation)
 from .errors import (
     CorruptIndexError,
     DuplicateIdError,
+    InvalidIdError,
     InvalidParameterError,
     NotTrainedError,
     RetrainNonEmptyError,
@@ -119,6 +121,9 @@ def new_ids(ids: Any, n: int, next_id: int, contains: Callable[[np.ndarray], np.
     """The ids of an added batch of n rows: the given ones, checked (unique, not held yet), or
     n consecutive ids from ``next_id``."""
     if ids is None:
+        if next_id + n - 1 > MAX_ID:
+            raise InvalidIdError(f"{n} new ids from {next_id} would pass the largest id, "
+                                 f"{MAX_ID}; give ids explicitly")
         return np.arange(next_id, next_id + n, dtype=np.int64)
     ids = check_batch_ids(ids, n)
     present = contains(ids)

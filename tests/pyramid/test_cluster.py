@@ -390,7 +390,7 @@ def test_cluster_filters_equal_in_process_and_where_reaches_the_parts(cluster_fa
 
 
 def test_a_dropped_collection_never_comes_back(cluster_factory, data):
-    """The defect (issue 33): one shard paused for 8 s across the drop of a collection, the
+    """The defect: one shard paused for 8 s across the drop of a collection, the
     name re-created and 500 new ids added: 90 searches in the next 20 s returned 7,274 ids of
     the dropped collection (the re-create adopted the stale part copies). Here the shard is
     paused across the drop and resumed before the re-create; every search after must hold only
@@ -437,7 +437,7 @@ def test_a_dropped_collection_never_comes_back(cluster_factory, data):
 
 
 def test_draining_every_original_shard_keeps_the_router_loadable(cluster_factory, data):
-    """The defect (issue 33): drains moved part replicas but not the router checkpoints, and a
+    """The defect: drains moved part replicas but not the router checkpoints, and a
     shard holding no replica was retired whatever checkpoints it kept; after every original
     shard was drained, restarted coordinators answered "no shard holding router checkpoint ...
     answered" for good. Seen failing that way on the code before (the retire check without the
@@ -493,7 +493,7 @@ def test_draining_every_original_shard_keeps_the_router_loadable(cluster_factory
 
 
 def test_a_coordinator_cut_off_from_etcd_stops_serving_its_stale_map(cluster_factory, data):
-    """The defect (issue 33): a coordinator cut off from etcd served its map and router
+    """The defect: a coordinator cut off from etcd served its map and router
     forever, so it could return ids removed long ago. Here etcd is paused (SIGSTOP) for three
     lease TTLs: once a coordinator's lease has lapsed its searches answer UNAVAILABLE, and
     they answer again within 10 s of etcd's return. Seen failing on the code before: searches
@@ -541,7 +541,7 @@ def _answers(addresses, queries):
 
 def test_a_router_whose_every_checkpoint_copy_is_lost_is_rebuilt_from_its_parts(
         cluster_factory, data):
-    """The defect (issue 33): nothing could rebuild a router from its parts, so a collection
+    """The defect: nothing could rebuild a router from its parts, so a collection
     whose every checkpoint copy was lost (the holders' disks gone) could never be loaded again:
     a restarted coordinator answered "no shard holding router checkpoint ... answered" for good.
     Seen failing that way on the code before (searches still refused after 60 s). Here, under

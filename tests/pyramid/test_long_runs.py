@@ -1,6 +1,6 @@
 """A cluster that lives long (docs/cluster.md, "Long runs"): etcd never fills.
 
-The defect (issue 33): nothing compacted etcd's history, and a router checkpoint came only every
+The defect: nothing compacted etcd's history, and a router checkpoint came only every
 200 log records whatever their size. An etcd started with a 32 MiB quota answered "database space
 exceeded" after 1,313 upserts, and every write and search failed from then on. Run against the
 code before these changes (compaction and the byte trigger taken out), this test failed the same
@@ -86,7 +86,7 @@ def test_etcd_never_fills_under_a_long_upsert_load(tmp_path):
 
 def test_a_router_checkpoint_larger_than_a_blob_is_stored_in_pieces(tmp_path, monkeypatch):
     """A router larger than one blob (a shard keeps at most 1 GiB each; about 40M items)
-    never checkpointed, so its log was never trimmed (issue 33). Checkpoints are now cut into
+    never checkpointed, so its log was never trimmed. Checkpoints are now cut into
     blobs of at most CHECKPOINT_CHUNK_BYTES; here 4 KiB blobs stand in for 1 GiB ones (a
     router of 1 GiB is not made in a test). A standby coordinator in this process takes over,
     checkpoints the router in pieces, and a coordinator that starts afterwards loads it from

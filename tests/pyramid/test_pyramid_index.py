@@ -261,7 +261,7 @@ def committed(index, fn) -> list[dict]:
 
 
 def test_a_router_a_search_holds_never_changes(data):
-    """The defect (issue 33): a coordinator's router searches without a lock while the leader's
+    """The defect: a coordinator's router searches without a lock while the leader's
     log is replayed into it, and replaying changed the MIPS copies' sets in place, so a
     filtered search iterating one could raise "Set changed size during iteration" (seen on
     the code before, with an iteration held open across a replayed write). The router is now a

@@ -174,7 +174,7 @@ def test_no_current_replica_raises_and_marks_nothing(setup):
 
 
 def test_a_copy_of_a_dropped_incarnation_is_replaced_never_adopted(tmp_path):
-    """The defect (issue 33): a shard paused across the drop of a collection kept its part
+    """The defect: a shard paused across the drop of a collection kept its part
     copies; when the name was re-created, ``ensure`` took CollectionExistsError as success and
     adopted them, so searches returned the dropped collection's ids (7,274 of them in 90
     searches) and the part ran one replica short for good. Seen failing on the code before: the

@@ -57,6 +57,7 @@ def _request(method: str, col: str):
         "ListCollections": lambda: pb.ListCollectionsRequest(),
         "DescribeCollection": lambda: pb.CollectionRequest(name=col),
         "Search": lambda: pb.SearchRequest(collection=col, queries=m, k=1),
+        "Get": lambda: pb.GetRequest(collection=col, all=True),
         "Train": lambda: pb.TrainRequest(collection=col, vectors=m),
         "Add": lambda: pb.AddRequest(collection=col, vectors=m, auto_ids=True),
         "Remove": lambda: pb.RemoveRequest(collection=col, ids=[10**9], missing_ok=True),

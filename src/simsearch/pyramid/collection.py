@@ -30,7 +30,7 @@ from .checkpoints import (
 )
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare
-from .fanout import DEADLINE
+from .fanout import DEADLINE, get_items
 from .parts import RouterBehindError, load_router
 from .replication import PartSequences, replicate, sequence_record
 from .routerlog import log_key
@@ -334,6 +334,12 @@ class ClusterCollection:
         r = self.index
         return {"damaged": False, "items": len(r) if r is not None else 0, "wal_bytes": 0,
                 "snapshot_time": time.time()}
+
+    def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
+            deadline: float | None = None) -> dict:
+        """``Collection.get``: each item read from its home part (``fanout.get_items``)."""
+        return get_items(self.current(), None if ids is None else as_id_array(ids), vectors,
+                         where)
 
     def search(self, q: Any, k: int, params: dict, deadline: float | None = None
                ) -> SearchResult:

@@ -164,3 +164,32 @@ class _PartCall:
             started.append(cands[len(started)])
             pool.executor.submit(self._call, started[-1], True)
         return None
+
+
+def get_items(index, ids: np.ndarray | None, vectors: bool, where: dict | None) -> dict:
+    """``Collection.get`` over a router whose parts are remote: each held id read from its
+    home part, in the order asked (an id removed meanwhile is skipped); with ``ids=None``,
+    every item of every part that ``where`` selects, MIPS copies skipped (sorted)."""
+    router = index.router
+    if ids is None:
+        got = {p: part.get(None, vectors, where) for p, part in enumerate(index.parts)}
+        rows = sorted((i, p, r) for p, g in got.items() for r, i in enumerate(g["ids"].tolist())
+                      if router.home.get(i) == p)
+        rows = [(p, r) for _, p, r in rows]
+    else:
+        at = np.fromiter((router.home.get(i, -1) for i in ids.tolist()), np.int64, ids.size)
+        got = {p: index.parts[p].get(ids[at == p], vectors, where)
+               for p in np.unique(at[at >= 0]).tolist()}
+        pos = {p: {i: r for r, i in enumerate(g["ids"].tolist())} for p, g in got.items()}
+        rows = [(p, pos[p][i]) for i, p in zip(ids.tolist(), at.tolist(), strict=True)
+                if p >= 0 and i in pos[p]]
+    names = sorted({n for g in got.values() for n in g["attributes"]})
+    x = None
+    if vectors:
+        x = np.empty((len(rows), index.dim), np.float32)
+        for j, (p, r) in enumerate(rows):
+            x[j] = got[p]["vectors"][r]
+    return {"ids": np.array([got[p]["ids"][r] for p, r in rows], np.int64),
+            "attributes": {n: [got[p]["attributes"][n][r] if n in got[p]["attributes"] else None
+                               for p, r in rows] for n in names},
+            "vectors": x}

@@ -165,6 +165,20 @@ class RemotePart:
                 return out
             done.wait(call.nap())
 
+    def get(self, ids: np.ndarray | None, vectors: bool = False,
+            where: dict | None = None) -> dict:
+        """``RemoteCollection.get`` on the first in-sync replica that answers."""
+        from ..service.errors import DeadlineExceededError, ServiceUnavailableError
+        from .index import PartUnavailableError
+
+        last: Exception | None = None
+        for s in self.pool.serving(self):
+            try:
+                return self._col(s).get(ids, vectors=vectors, where=where)
+            except (ServiceUnavailableError, DeadlineExceededError) as exc:  # the next one
+                last = exc
+        raise PartUnavailableError(f"no in-sync replica of {self.name} answered: {last}")
+
     def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event) -> _PartCall:
         """Start a search on a replica; ``done`` is set whenever a replica answers (several
         parts' calls may share it, so one thread waits for all of them)."""

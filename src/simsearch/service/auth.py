@@ -32,6 +32,7 @@ METHOD_CLASS: dict[str, str] = {
     "/simsearch.v1.SimSearch/ListCollections": READ,
     "/simsearch.v1.SimSearch/DescribeCollection": READ,
     "/simsearch.v1.SimSearch/Search": READ,
+    "/simsearch.v1.SimSearch/Get": READ,
     "/simsearch.v1.SimSearch/Train": WRITE,
     "/simsearch.v1.SimSearch/Add": WRITE,
     "/simsearch.v1.SimSearch/Remove": WRITE,

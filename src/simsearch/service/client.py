@@ -21,33 +21,18 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._kernels import merge_topk
-from ..errors import DuplicateIdError, InvalidFilterError, InvalidParameterError
-from ..filters import parse_filter
-from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
+from ..errors import InvalidParameterError
+from ..index import SearchResult
 from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
+from .requests import _REQUEST_OVERHEAD, ClientRequests, CollectionRequests, describe_info, run
 
-#: bytes kept free in every request for everything but the payload
-_REQUEST_OVERHEAD = 4096
-#: an int64 id as a protobuf varint takes at most 10 bytes
-_ID_BYTES = 10
+if TYPE_CHECKING:
+    from .embedded import EmbeddedClient
 
-
-def _attribute_bytes_per_row(attributes: dict | None, n: int) -> int:
-    """About how many bytes of JSON one row's attributes take (twice the mean: headroom)."""
-    if not attributes or not n:
-        return 0
-    import json
-
-    try:
-        size = len(json.dumps({k: list(v) for k, v in attributes.items()}, default=str))
-    except TypeError:
-        return 0  # the server says what is wrong with them
-    return 2 * size // n + 1
 #: calls grpc retries on UNAVAILABLE (its service config). Add and Remove are retried too, but
 #: only when the call is idempotent (an upsert with explicit ids, a remove with missing_ok): the
 #: service config is per method and cannot tell, so Client._call does that one.
@@ -108,6 +93,21 @@ def _service_config() -> str:
     })
 
 
+def channel_options(retries: bool) -> list[tuple[str, Any]]:
+    """The channel's options (the sync and the asyncio client's). The client never refuses a
+    size itself: it splits batches, and the server judges."""
+    return [
+        ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.service_config", _service_config()),
+        ("grpc.enable_retries", int(retries)),
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
+    ]
+
+
 def _target(address: str | Sequence[str]) -> str:
     """A grpc target for one address or several (resolved to IP literals for the ipv4/ipv6
     resolvers, which take a list)."""
@@ -135,16 +135,23 @@ def _target(address: str | Sequence[str]) -> str:
 
 
 def connect(
-    address: str | Sequence[str],
+    address: str | Sequence[str] | None = None,
     token: str | None = None,
     tls_ca: str | os.PathLike | bytes | None = None,
     *,
+    path: str | os.PathLike | None = None,
     timeout: float = 60.0,
     tls_server_name: str | None = None,
     max_message_bytes: int | None = None,
     retries: bool = True,
-) -> Client:
-    """Connect to a node at ``host:port``, or to any of several (a list, or comma-separated):
+) -> Client | EmbeddedClient:
+    """The collections of a node, a cluster, or this process, with one API.
+
+    ``connect(":memory:")``: in this process, kept until closed; ``connect(path="./data")``:
+    in this process, durable in that directory (a node's data directory format). Both are
+    ``service.embedded.EmbeddedClient``s; the arguments below apply to servers only.
+
+    Otherwise connect to a node at ``host:port``, or to any of several (a list, or comma-separated):
     calls go to the first that answers and move to the next when it goes away (grpc's
     pick_first policy), reads and idempotent writes are retried on UNAVAILABLE by grpc's own
     retry policy, and keepalives notice a dead connection. Use it as a context manager to close
@@ -157,6 +164,16 @@ def connect(
     retries: False turns every retry off, grpc's transparent ones too, for a caller that
     re-routes a failed call itself (a follower coordinator forwarding to its leader).
     """
+    if path is not None or address == ":memory:":
+        from .embedded import EmbeddedClient
+
+        if path is not None and address is not None:
+            raise InvalidParameterError("connect takes an address or a path, not both; got "
+                                        f"{address!r} and path={str(path)!r}")
+        return EmbeddedClient(path)
+    if address is None:
+        raise InvalidParameterError('connect needs an address ("host:port"), ":memory:", or '
+                                    "path=")
     return Client(
         address,
         token,
@@ -182,7 +199,7 @@ def _raise_from(err) -> None:
     raise error_from(err) from None
 
 
-class Client:
+class Client(ClientRequests):
     """A connection to one node. Thread-safe; share one per process."""
 
     def __init__(
@@ -209,17 +226,7 @@ class Client:
         self.timeout = timeout
         target = _target(address)
         self._failover = target.startswith(("ipv4:", "ipv6:"))
-        # The client never refuses a size itself: it splits batches, and the server judges.
-        options = [
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", -1),
-            ("grpc.service_config", _service_config()),
-            ("grpc.enable_retries", int(retries)),
-            ("grpc.keepalive_time_ms", 20_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", 2_000),
-        ]
+        options = channel_options(retries)
         if tls_ca is not None:
             ca = tls_ca if isinstance(tls_ca, bytes) else open(tls_ca, "rb").read()
             if tls_server_name:
@@ -266,11 +273,12 @@ class Client:
             return self.timeout
         return max(0.001, min(self.timeout, deadline - time.monotonic()))
 
+    def _run(self, plan):
+        return run(plan, self._call)
+
     @property
     def max_message_bytes(self) -> int:
-        if self._max_message_bytes is None:
-            self._max_message_bytes = int(self.server_info()["max_message_bytes"])
-        return self._max_message_bytes
+        return self._run(self._max_bytes_plan())
 
     def close(self) -> None:
         self._channel.close()
@@ -284,12 +292,7 @@ class Client:
     # -- server -----------------------------------------------------------------------------
 
     def server_info(self) -> dict[str, Any]:
-        r = self._call("ServerInfo", self._pb.ServerInfoRequest())
-        return {
-            "version": r.version,
-            "max_message_bytes": r.max_message_bytes,
-            "index_kinds": list(r.index_kinds),
-        }
+        return self._run(self._server_info_plan())
 
     def health(self, service: str = "") -> str:
         """The standard health check's status name, e.g. "SERVING"."""
@@ -312,20 +315,8 @@ class Client:
         ``schema`` declares attribute types (docs/filters.md), others are inferred on add.
         ``part_replica``: a Pyramid part's replica on a shard server (a cluster's leader makes
         these; it needs a token of role "cluster"), of the cluster collection ``incarnation``."""
-        info = self._call(
-            "CreateCollection",
-            self._pb.CreateCollectionRequest(
-                name=name,
-                dim=dim,
-                metric=metric,
-                kind=kind,
-                params_json=self._convert.dump_params(build_params),
-                schema_json=self._convert.dump_params(schema or {}),
-                part_replica=part_replica,
-                incarnation=incarnation,
-            ),
-        )
-        return RemoteCollection(self, info)
+        return RemoteCollection(self, self._run(self._create_plan(
+            name, dim, metric, kind, schema, part_replica, incarnation, build_params)))
 
     def collection(self, name: str) -> RemoteCollection:
         return RemoteCollection(self, self._describe(name))
@@ -360,14 +351,13 @@ class Client:
         return self._convert.from_search_response(resp)
 
     def _describe(self, name: str):
-        return self._call("DescribeCollection", self._pb.CollectionRequest(name=name))
+        return self._run(self._describe_plan(name))
 
     def drop_collection(self, name: str) -> None:
-        self._call("DropCollection", self._pb.CollectionRequest(name=name))
+        self._run(self._drop_plan(name))
 
     def list_collections(self) -> list[str]:
-        r = self._call("ListCollections", self._pb.ListCollectionsRequest())
-        return [c.name for c in r.collections]
+        return self._run(self._list_plan())
 
     def _stream_in(self, method: str, name: str) -> tuple[dict[str, Any], bytes]:
         """A server stream of SnapshotChunk: (JSON meta of the first chunk, all the data)."""
@@ -484,18 +474,9 @@ class Client:
         return [{"name": b.name, "size": int(b.size), "sha256": b.sha256} for b in r.blobs]
 
 
-class RemoteCollection:
+class RemoteCollection(CollectionRequests):
     """A collection on a node, with the Index contract's surface. Searches may run
     concurrently; the server serializes writes."""
-
-    def __init__(self, client: Client, info):
-        self._client = client
-        self.name = info.name
-        self.dim = int(info.dim)
-        self.metric = info.metric
-        self.kind = info.kind
-        self.search_params = frozenset(info.search_params)
-        self.needs_training = bool(info.needs_training)
 
     def __repr__(self) -> str:
         return (
@@ -504,131 +485,25 @@ class RemoteCollection:
         )
 
     def describe(self) -> dict[str, Any]:
-        import json
-
-        i = self._client._describe(self.name)
-        return {
-            "name": i.name,
-            "dim": i.dim,
-            "metric": i.metric,
-            "kind": i.kind,
-            "params": json.loads(i.params_json or "{}"),
-            "count": i.count,
-            "trained": i.trained,
-            "needs_training": i.needs_training,
-            "supports_remove": i.supports_remove,
-            "search_params": list(i.search_params),
-            "schema": json.loads(i.schema_json or "{}"),
-            "incarnation": i.incarnation,
-            "part_replica": i.part_replica,
-        }
+        return describe_info(self._client._run(self._info_plan()))
 
     def __len__(self) -> int:
-        return int(self._client._describe(self.name).count)
+        return int(self._client._run(self._info_plan()).count)
 
     @property
     def is_trained(self) -> bool:
-        return bool(self._client._describe(self.name).trained)
-
-    def _rows_per_call(self, bytes_per_row: int) -> int:
-        budget = self._client.max_message_bytes - _REQUEST_OVERHEAD
-        return max(1, budget // max(1, bytes_per_row))
-
-    @property
-    def holds_strings(self) -> bool:
-        """A string collection (kind "strings"): items and queries are str, results carry edit
-        distances (docs/service.md, "String collections")."""
-        return self.kind == "strings"
+        return bool(self._client._run(self._info_plan()).trained)
 
     def train(self, x: Any = None, encoder: Any = None, **fit_params: Any) -> None:
         """Train on vectors x; a string collection fits its CNN-ED encoder on strings x (with
         ``fit_params``), or takes ``encoder`` (a trained CNNEDEncoder, or its file's bytes)."""
-        c = self._client
-        if not self.holds_strings:
-            if encoder is not None or fit_params:
-                raise InvalidParameterError("encoder and fit parameters apply to string "
-                                            "collections only")
-            x = as_matrix(x, self.dim, self.metric, "training vectors")
-            c._call("Train", c._pb.TrainRequest(collection=self.name,
-                                                vectors=c._convert.to_matrix(x)))
-            return
-        from ..strings._alphabet import check_strings
-
-        req = c._pb.TrainRequest(collection=self.name, params_json=c._convert.dump_params(
-            fit_params))
-        if x is not None:
-            req.texts.extend(check_strings(x, "training strings"))
-        if encoder is not None:
-            req.encoder = encoder if isinstance(encoder, bytes) else encoder.to_bytes()
-        c._call("Train", req)
-
-    def _add_strings(self, x: Any, ids: Any, upsert: bool) -> np.ndarray:
-        from ..strings._alphabet import check_strings
-
-        texts = check_strings(x)
-        if ids is not None:
-            ids = check_batch_ids(ids, len(texts))
-        c = self._client
-        widest = max(len(t.encode()) for t in texts) + 8
-        step = self._rows_per_call(widest + _ID_BYTES)
-        out = []
-        for start in range(0, len(texts), step):
-            req = c._pb.AddRequest(collection=self.name, texts=texts[start : start + step],
-                                   auto_ids=ids is None, upsert=upsert)
-            if ids is not None:
-                req.ids.extend(ids[start : start + step].tolist())
-            out.append(np.asarray(c._call("Add", req, idempotent=upsert and ids is not None).ids,
-                                  dtype=np.int64))
-        return np.concatenate(out)
-
-    def _search_strings(self, q: Any, k: int, params: dict):
-        from ..strings._alphabet import check_strings
-        from ..strings.collection import to_distances
-        from ..strings.string_index import StringSearchResult
-
-        texts = check_strings(q, "queries")
-        c = self._client
-        pj = c._convert.dump_params(params)
-        widest = max(len(t.encode()) for t in texts) + 8
-        step = self._rows_per_call(max(widest, k * c._convert.RESULT_BYTES))
-        ids, dists = [], []
-        for start in range(0, len(texts), step):
-            r = c._convert.from_search_response(c._call("Search", c._pb.SearchRequest(
-                collection=self.name, query_texts=texts[start : start + step], k=k,
-                params_json=pj)))
-            ids.append(r.ids)
-            dists.append(to_distances(r.scores))
-        return StringSearchResult(np.concatenate(ids), np.concatenate(dists))
+        self._client._run(self._train_plan(x, encoder, fit_params))
 
     def add(self, x: Any, ids: Any = None, upsert: bool = False,
             attributes: dict[str, Any] | None = None) -> np.ndarray:
         """Add (or with ``upsert`` replace) vectors, or strings in a string collection; returns
         their int64 ids. ``attributes``: {name: one value per item} (docs/filters.md)."""
-        if self.holds_strings:
-            return self._add_strings(x, ids, upsert)
-        x = as_matrix(x, self.dim, self.metric)
-        if ids is not None:
-            ids = check_batch_ids(ids, x.shape[0])
-        c = self._client
-        attr_row = _attribute_bytes_per_row(attributes, x.shape[0])
-        step = self._rows_per_call(self.dim * 4 + _ID_BYTES + attr_row)
-        out = []
-        for start in range(0, max(1, x.shape[0]), step):
-            part = x[start : start + step]
-            req = c._pb.AddRequest(
-                collection=self.name,
-                vectors=c._convert.to_matrix(part),
-                auto_ids=ids is None,
-                upsert=upsert,
-                attributes_json=c._convert.dump_params(
-                    {k: list(v[start : start + step]) for k, v in attributes.items()}
-                    if attributes else {}),
-            )
-            if ids is not None:
-                req.ids.extend(ids[start : start + step].tolist())
-            out.append(np.asarray(c._call("Add", req, idempotent=upsert and ids is not None).ids,
-                                  dtype=np.int64))
-        return np.concatenate(out) if out else np.empty(0, np.int64)
+        return self._client._run(self._add_plan(x, ids, upsert, attributes))
 
     def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
                where: dict | None = None, **params: Any) -> SearchResult:
@@ -636,84 +511,20 @@ class RemoteCollection:
         ``allow`` / ``deny``: id lists (one for every query, or one per query) and ``where``: a
         filter over the attributes (docs/filters.md). A string collection takes a list of str
         and returns a StringSearchResult (ids, edit distances)."""
-        k = check_k(k)
-        if self.holds_strings:
-            return self._search_strings(q, k, params)
-        q = as_matrix(q, self.dim, self.metric, "queries")
-        filt = parse_filter(allow, deny, q.shape[0])
-        c = self._client
-        pj = c._convert.dump_params(params)
-        wj = c._convert.dump_params(where) if where is not None else ""
-        if where is not None and not wj:
-            wj = "{}"
-        budget = c.max_message_bytes - _REQUEST_OVERHEAD - len(wj)
-        shared = sum(v.nbytes for v in (filt.allow, filt.deny) if isinstance(v, np.ndarray)) \
-            if filt is not None else 0
-        if shared > budget // 2:
-            return self._search_split_allow(q, k, filt, where, params, budget // 2)
-        per_row = 0
-        if filt is not None and not filt.shared:
-            per_row = max(sum(len(v[i]) for v in (filt.allow, filt.deny) if isinstance(v, list))
-                          for i in range(q.shape[0])) * 8
-        step = max(1, (budget - shared) // max(
-            1, max(self.dim * 4, k * c._convert.RESULT_BYTES) + per_row))
-        ids, scores, parts = [], [], []
-        for start in range(0, max(1, q.shape[0]), step):
-            req = c._pb.SearchRequest(
-                collection=self.name,
-                queries=c._convert.to_matrix(q[start : start + step]),
-                k=k,
-                params_json=pj,
-                where_json=wj,
-            )
-            if filt is not None:
-                sub = filt.take(np.arange(start, min(start + step, q.shape[0])))
-                if sub.allow is not None:
-                    req.allow.CopyFrom(c._convert.to_id_list(sub.allow))
-                if sub.deny is not None:
-                    req.deny.CopyFrom(c._convert.to_id_list(sub.deny))
-            resp = c._call("Search", req)
-            r = c._convert.from_search_response(resp)
-            ids.append(r.ids)
-            scores.append(r.scores)
-            parts.append(r)
-        if len(ids) == 1:
-            return parts[0]  # keeps a partial result's coverage (Pyramid coordinators)
-        n = np.array([len(r.ids) for r in parts])
-        coverage = float(np.dot(n, [r.coverage for r in parts]) / n.sum())
-        return SearchResult(np.concatenate(ids), np.concatenate(scores), coverage=coverage)
+        return self._client._run(self._search_plan(q, k, allow, deny, where, params))
 
-    def _search_split_allow(self, q, k, filt, where, params, budget) -> SearchResult:
-        """A shared allow list larger than a message: search its pieces and keep the best k of
-        all (the answer over a union is the best of the answers over its parts)."""
-        if isinstance(filt.deny, np.ndarray) and filt.deny.nbytes > budget:
-            raise InvalidFilterError(
-                f"a deny list of {filt.deny.size} ids does not fit one message "
-                f"({self._client.max_message_bytes} bytes); raise max_message_bytes, or pass "
-                "the complement as an allow list")
-        step = max(1, budget // 8)
-        hib = self.metric != "l2"
-        pieces = [self.search(q, k, allow=filt.allow[i : i + step], deny=filt.deny, where=where,
-                              **params) for i in range(0, filt.allow.size, step)]
-        ids = np.concatenate([r.ids for r in pieces], axis=1)
-        scores = np.concatenate([r.scores for r in pieces], axis=1).astype(np.float32)
-        return SearchResult(*merge_topk(ids.astype(np.int64), scores, k, hib))
+    def get(self, ids: Any = None, vectors: bool = False,
+            where: dict | None = None) -> dict[str, Any]:
+        """The asked ``ids`` the collection holds, in the order asked (others are skipped), or
+        with ``ids=None`` every item; of those, only the ones ``where`` selects (docs/filters.md);
+        with their attributes ({name: one value per id, None where it has none}) and, when
+        ``vectors``, their stored vectors: ``{"ids", "attributes", "vectors"}``."""
+        return self._client._run(self._get_plan(ids, vectors, where))
 
     def remove(self, ids: Any, missing_ok: bool = False) -> int:
         """Remove ids; with ``missing_ok`` ids that are not stored are skipped."""
-        ids = as_id_array(ids)
-        if np.unique(ids).size != ids.size:
-            raise DuplicateIdError("ids to remove must be unique")
-        c = self._client
-        step = self._rows_per_call(_ID_BYTES)
-        n = 0
-        for start in range(0, max(1, ids.size), step):
-            req = c._pb.RemoveRequest(collection=self.name, ids=ids[start : start + step].tolist(),
-                                      missing_ok=missing_ok)
-            n += int(c._call("Remove", req, idempotent=missing_ok).removed)
-        return n
+        return self._client._run(self._remove_plan(ids, missing_ok))
 
     def snapshot(self) -> int:
         """Make the server save this collection and start a fresh log; returns its item count."""
-        c = self._client
-        return int(c._call("Snapshot", c._pb.CollectionRequest(name=self.name)).count)
+        return self._client._run(self._snapshot_plan())

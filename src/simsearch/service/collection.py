@@ -42,8 +42,9 @@ from ..errors import (
     NotTrainedError,
     RetrainNonEmptyError,
     UnknownIdError,
+    UnsupportedOperationError,
 )
-from ..filters import parse_filter
+from ..filters import in_sorted, parse_filter
 from ..index import (
     Index,
     SearchResult,
@@ -448,6 +449,27 @@ class Collection:
             if "per_query" not in params:
                 return index.search(q, k, **params)
             return _search_per_query(index, q, k, params)
+
+    def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
+            deadline: float | None = None) -> dict:
+        """The asked ``ids`` this collection holds, in the order asked (others are skipped),
+        or with ``ids=None`` every item (sorted); of those, only the ones ``where`` selects;
+        with their attributes ({name: one value per id, None where it has none}) and, when
+        ``vectors``, their stored vectors: ``{"ids", "attributes", "vectors"}``."""
+        with self._rw.read(deadline):
+            index = self._index()
+            if ids is None:
+                held = index.ids()
+            else:
+                ids = as_id_array(ids)
+                held = ids[index.contains(ids)] if ids.size else ids
+            if where is not None:
+                held = held[in_sorted(self.attrs.where(where, deadline), held)]
+            if vectors and not isinstance(index, Index):
+                raise UnsupportedOperationError(f"collection {self.name!r} holds strings, "
+                                                "not vectors")
+            x = index.get_vectors(held) if vectors else None
+            return {"ids": held, "attributes": self.attrs.rows_of(held), "vectors": x}
 
     # -- writes -----------------------------------------------------------------------------
 

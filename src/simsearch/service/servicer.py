@@ -246,6 +246,33 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                 )
         return convert.to_search_response(col.search(q, k, params, deadline=deadline))
 
+    @_rpc
+    def Get(self, request, context, deadline):
+        col = self.store.get(request.collection)
+        self._check_decoded_ids(len(request.ids) // 8)
+        ids = None if request.all else convert.ids_from_bytes(request.ids)
+        where = None
+        if request.where_json:
+            if len(request.where_json) > self.limits.max_where_bytes:
+                raise InvalidFilterError(
+                    f"where_json holds {len(request.where_json)} characters, over the server's "
+                    f"--max-where-bytes of {self.limits.max_where_bytes}")
+            where = convert.load_json(request.where_json, "where_json")
+            check_where(where, self.limits)
+        got = col.get(ids, vectors=request.vectors, where=where, deadline=deadline)
+        n = got["ids"].size
+        need = n * ((col.config["dim"] * 4 if request.vectors else 0) + 8) + _RESPONSE_OVERHEAD
+        if need > self.max_message_bytes:
+            raise ResourceExhaustedError(
+                f"{n} items would take {need} bytes, over the server's message limit of "
+                f"{self.max_message_bytes}; ask for fewer ids per call (the Python client "
+                "splits a list of ids for you)")
+        out = pb.GetResponse(ids=np.ascontiguousarray(got["ids"], "<i8").tobytes(),
+                             attributes_json=convert.dump_params(got["attributes"]))
+        if got["vectors"] is not None:
+            out.vectors.CopyFrom(convert.to_matrix(got["vectors"]))
+        return out
+
     def _send_chunks(self, name: str, meta: dict, data: bytes):
         """A stream of SnapshotChunk: name and JSON meta first, then the data in message-sized
         pieces (collection snapshots and blobs)."""

@@ -79,6 +79,11 @@ class SimSearchStub:
                 request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SearchRequest.SerializeToString,
                 response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SearchResponse.FromString,
                 _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/simsearch.v1.SimSearch/Get',
+                request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.GetRequest.SerializeToString,
+                response_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.GetResponse.FromString,
+                _registered_method=True)
         self.Snapshot = channel.unary_unary(
                 '/simsearch.v1.SimSearch/Snapshot',
                 request_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.CollectionRequest.SerializeToString,
@@ -183,6 +188,12 @@ class SimSearchServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Search(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -300,6 +311,11 @@ def add_SimSearchServicer_to_server(servicer, server):
                     servicer.Search,
                     request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SearchRequest.FromString,
                     response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SearchResponse.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.GetRequest.FromString,
+                    response_serializer=simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.GetResponse.SerializeToString,
             ),
             'Snapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.Snapshot,
@@ -595,6 +611,33 @@ class SimSearch:
             '/simsearch.v1.SimSearch/Search',
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SearchRequest.SerializeToString,
             simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.SearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/simsearch.v1.SimSearch/Get',
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.GetRequest.SerializeToString,
+            simsearch_dot_service_dot_protos_dot_simsearch_dot_v1_dot_simsearch__pb2.GetResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,85 @@
+"""What the framework adapters share: string ids as collection ids, and documents' metadata as
+attributes (docs/integrations.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from .._validate import MAX_ID
+from ..errors import InvalidParameterError
+
+#: reserved attributes: an item's text, its metadata as JSON, its framework id
+TEXT, METADATA, KEY = "_text", "_metadata", "_id"
+_COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def item_id(doc_id: str) -> int:
+    """The collection id of a framework's string id (a 62-bit hash of its UTF-8 bytes)."""
+    digest = hashlib.blake2b(str(doc_id).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (MAX_ID + 1)
+
+
+def item_ids(doc_ids) -> np.ndarray:
+    return np.array([item_id(str(i)) for i in doc_ids], np.int64)
+
+
+def check_new(col, keys: np.ndarray, doc_ids: list[str]) -> None:
+    """Refuse a batch whose ids hash to items that hold other ids (never merge them)."""
+    if np.unique(keys).size != keys.size:
+        raise InvalidParameterError("ids must be unique within a batch")
+    got = col.get(keys)
+    want = dict(zip(keys.tolist(), doc_ids, strict=True))
+    for k, held in zip(got["ids"].tolist(), got["attributes"].get(KEY, []), strict=True):
+        if held is not None and held != want[k]:
+            raise InvalidParameterError(
+                f"ids {want[k]!r} and {held!r} hash to the same item id; use another id")
+
+
+def owned(got: dict, doc_ids) -> np.ndarray:
+    """The item ids of a ``get`` answer that hold one of ``doc_ids`` (not a colliding id)."""
+    doc_ids = {str(i) for i in doc_ids}
+    held = got["attributes"].get(KEY, [None] * got["ids"].size)
+    return np.array([k for k, i in zip(got["ids"].tolist(), held, strict=True)
+                     if i in doc_ids], np.int64)
+
+
+def _kind(v: Any) -> str | None:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int) and -(2**63) <= v < 2**63:
+        return "int"
+    if isinstance(v, float) and math.isfinite(v):
+        return "float"
+    if isinstance(v, str):
+        return "keyword"
+    if isinstance(v, list) and all(isinstance(s, str) for s in v):
+        return "keywords"
+    return None
+
+
+def metadata_columns(metadatas: list[dict], schema: dict[str, str]) -> dict[str, list]:
+    """The metadata values that go into filterable attributes: per key (a valid attribute
+    name, not reserved), the values of the column's type (declared, or one the batch shares);
+    the others are kept in the metadata's JSON only."""
+    out: dict[str, list] = {}
+    keys = {k for m in metadatas for k in m if isinstance(k, str)}
+    for key in sorted(keys - {TEXT, METADATA, KEY}):
+        if not _COLUMN.fullmatch(key):
+            continue
+        kinds = [_kind(m.get(key)) for m in metadatas]
+        t = schema.get(key)
+        if t is None:
+            found = {k for k in kinds if k is not None}
+            t = "float" if found == {"int", "float"} else (found.pop() if len(found) == 1
+                                                              else None)
+        if t is None:
+            continue
+        ok = [k == t or (t == "float" and k == "int") for k in kinds]
+        if any(ok):
+            out[key] = [m.get(key) if o else None for m, o in zip(metadatas, ok, strict=True)]
+    return out

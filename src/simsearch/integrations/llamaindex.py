@@ -1,0 +1,226 @@
+"""LlamaIndex's vector store over a simsearch collection (docs/integrations.md).
+
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from simsearch.integrations.llamaindex import SimsearchVectorStore
+
+    store = SimsearchVectorStore()                          # embedded, in memory
+    store = SimsearchVectorStore(client="localhost:50051")  # a node, or a cluster
+    index = VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(
+        vector_store=store))
+
+A node is an item of the collection: its embedding the vector, the node itself (LlamaIndex's
+own serialization, text included) in a reserved attribute, its id and ``ref_doc_id`` in
+attributes, and each metadata value that is an int, float, bool, string or list of strings in
+an attribute of its key's name, where ``MetadataFilters`` select on it (translated to the
+``where`` language of docs/filters.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterCondition,
+    FilterOperator,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+
+from ..errors import InvalidFilterError, InvalidParameterError
+from ..index import index_class
+from ..service.client import connect
+from ..service.errors import CollectionNotFoundError
+from ._items import KEY, METADATA, check_new, item_ids, metadata_columns, owned
+
+#: the attribute holding each node's ref_doc_id (``delete(ref_doc_id)`` selects on it)
+REF_DOC = "ref_doc_id"
+
+_OPS = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt",
+        FilterOperator.LT: "lt", FilterOperator.GTE: "gte", FilterOperator.LTE: "lte",
+        FilterOperator.IN: "in", FilterOperator.NIN: "nin", FilterOperator.ANY: "in",
+        FilterOperator.CONTAINS: "eq"}
+
+
+def where_of(filters: MetadataFilters | None) -> dict | None:
+    """``MetadataFilters`` as a ``where`` filter: ``==`` ``!=`` ``>`` ``<`` ``>=`` ``<=``
+    ``in`` ``nin``, ``any`` / ``contains`` (a list holds one of / the value), ``all`` (holds
+    every one), ``is_empty`` (no value), nested filters under ``and`` / ``or`` / ``not``."""
+    if filters is None or not filters.filters:
+        return None
+    parts = []
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            sub = where_of(f)
+            if sub is not None:
+                parts.append(sub)
+        elif f.operator in _OPS:
+            parts.append({f.key: {_OPS[f.operator]: f.value}})
+        elif f.operator == FilterOperator.ALL:
+            parts.append({"$and": [{f.key: v} for v in f.value]})
+        elif f.operator == FilterOperator.IS_EMPTY:
+            parts.append({"$not": {f.key: {"exists": True}}})
+        else:
+            raise InvalidFilterError(f"filter operator {f.operator.value!r} is not supported; "
+                                     f"use one of {[o.value for o in _OPS]}, all, is_empty")
+    joined = {"$and": parts} if filters.condition != FilterCondition.OR else {"$or": parts}
+    return {"$not": joined} if filters.condition == FilterCondition.NOT else joined
+
+
+class SimsearchVectorStore(BasePydanticVectorStore):
+    """A LlamaIndex vector store kept in one simsearch collection (module docstring).
+
+    client: a ``simsearch.connect`` client, an address for it, or None for an embedded
+    in-memory collection. collection_name: the collection (created on the first add with the
+    embeddings' dimension, ``metric``, ``kind`` and ``index_params``, unless it exists: a
+    cluster's, trained, is used as it is). search_params: passed to every search.
+    """
+
+    stores_text: bool = True
+    flat_metadata: bool = False
+    collection_name: str = "llamaindex"
+    metric: str = "cosine"
+    kind: str = "hnsw"
+    index_params: dict = {}
+    search_params: dict = {}
+
+    _client: Any = PrivateAttr()
+    _owns_client: bool = PrivateAttr()
+    _col: Any = PrivateAttr(default=None)
+
+    def __init__(self, client: Any = None, **fields: Any):
+        super().__init__(**fields)
+        self._owns_client = client is None or isinstance(client, str)
+        self._client = connect(client or ":memory:") if self._owns_client else client
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "SimsearchVectorStore"
+
+    @property
+    def client(self) -> Any:
+        return self._client
+
+    def close(self) -> None:
+        """Close the client if this store opened it."""
+        if self._owns_client:
+            self._client.close()
+
+    def _collection(self, dim: int | None = None):
+        if self._col is None:
+            try:
+                self._col = self._client.collection(self.collection_name)
+            except CollectionNotFoundError:
+                if dim is None:
+                    return None
+                if index_class(self.kind).needs_training:
+                    raise InvalidParameterError(
+                        f"index kind {self.kind!r} needs training: create and train collection "
+                        f"{self.collection_name!r} first, then pass its name") from None
+                self._col = self._client.create_collection(
+                    self.collection_name, dim, self.metric, self.kind, **self.index_params)
+        return self._col
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        if not nodes:
+            return []
+        ids = [n.node_id for n in nodes]
+        x = np.asarray([n.get_embedding() for n in nodes], np.float32)
+        col = self._collection(x.shape[1])
+        keys = item_ids(ids)
+        check_new(col, keys, ids)
+        stored = [node_to_metadata_dict(n, flat_metadata=self.flat_metadata) for n in nodes]
+        columns = metadata_columns([dict(n.metadata) for n in nodes],
+                                   col.describe().get("schema") or {})
+        columns.pop(REF_DOC, None)  # the node's own, below
+        attributes = {**columns, KEY: ids, REF_DOC: [n.ref_doc_id for n in nodes],
+                      METADATA: [json.dumps(m) for m in stored]}
+        col.add(x, ids=keys, upsert=True, attributes=attributes)
+        return ids
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete every node of document ``ref_doc_id``."""
+        col = self._collection()
+        if col is not None:
+            col.remove(col.get(where={REF_DOC: ref_doc_id})["ids"], missing_ok=True)
+
+    def delete_nodes(self, node_ids: list[str] | None = None,
+                     filters: MetadataFilters | None = None, **delete_kwargs: Any) -> None:
+        """Delete the nodes ``node_ids`` names (all when None) that ``filters`` select."""
+        col = self._collection()
+        if col is None or node_ids == []:
+            return
+        got = col.get(None if node_ids is None else item_ids(node_ids), where=where_of(filters))
+        keys = got["ids"] if node_ids is None else owned(got, node_ids)
+        col.remove(keys, missing_ok=True)
+
+    def clear(self) -> None:
+        """Delete every node (the collection is dropped)."""
+        if self._collection() is not None:
+            self._client.drop_collection(self.collection_name)
+            self._col = None
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _nodes(self, got: dict) -> list[BaseNode]:
+        return [metadata_dict_to_node(json.loads(m)) for m in got["attributes"].get(
+            METADATA, [])]
+
+    def get_nodes(self, node_ids: list[str] | None = None,
+                  filters: MetadataFilters | None = None) -> list[BaseNode]:
+        """The nodes ``node_ids`` names (in that order; all when None) that ``filters``
+        select."""
+        col = self._collection()
+        if col is None or node_ids == []:
+            return []
+        got = col.get(None if node_ids is None else item_ids(node_ids), where=where_of(filters))
+        if node_ids is not None:
+            mine = set(owned(got, node_ids).tolist())
+            keep = [j for j, k in enumerate(got["ids"].tolist()) if k in mine]
+            got = {"ids": got["ids"][keep],
+                   "attributes": {n: [v[j] for j in keep] for n, v in got["attributes"].items()}}
+        return self._nodes(got)
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """The ``similarity_top_k`` nearest nodes (modes "default" and "mmr"), among
+        ``node_ids`` / ``doc_ids`` when given (not empty), that ``filters`` select."""
+        if query.mode not in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.MMR):
+            raise InvalidParameterError(f"query mode {query.mode.value!r} is not supported; "
+                                        "use 'default' or 'mmr'")
+        col = self._collection()
+        if col is None or query.query_embedding is None:
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
+        where = where_of(query.filters)
+        if query.doc_ids:  # None or empty: no restriction (as LlamaIndex's own stores)
+            docs = {REF_DOC: {"in": list(query.doc_ids)}}
+            where = docs if where is None else {"$and": [where, docs]}
+        allow = item_ids(query.node_ids) if query.node_ids else None
+        k = query.similarity_top_k
+        mmr = query.mode == VectorStoreQueryMode.MMR
+        fetch = max(k, int(kwargs.get("mmr_prefetch_k", 4 * k))) if mmr else k
+        r = col.search(np.asarray([query.query_embedding], np.float32), fetch, allow=allow,
+                       where=where, **self.search_params)
+        keys, scores = r.ids[0][r.ids[0] >= 0], r.scores[0][r.ids[0] >= 0]
+        got = col.get(keys, vectors=mmr)
+        score = dict(zip(keys.tolist(), scores.tolist(), strict=True))
+        sims = [score[i] for i in got["ids"].tolist()]
+        nodes = self._nodes(got)
+        if mmr and nodes:
+            from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
+
+            sims, pick = get_top_k_mmr_embeddings(
+                query.query_embedding, got["vectors"].tolist(), similarity_top_k=k,
+                embedding_ids=list(range(len(nodes))), mmr_threshold=query.mmr_threshold)
+            nodes = [nodes[i] for i in pick]
+        return VectorStoreQueryResult(nodes=nodes, similarities=list(sims),
+                                      ids=[n.node_id for n in nodes])

@@ -1,0 +1,155 @@
+"""The asyncio client (``simsearch.aio.connect``): the sync client's surface over grpc.aio,
+running the same plans (requests.py), with the same fail-over across several addresses and the
+same retries.
+
+    import simsearch.aio
+
+    async with simsearch.aio.connect("127.0.0.1:50051") as client:
+        col = await client.create_collection("docs", 64, "ip", "hnsw")
+        await col.add(x)
+        res = await col.search(q, 10, ef=64)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..index import SearchResult
+from . import client as sync
+from .requests import ClientRequests, CollectionRequests, arun, describe_info
+
+
+def connect(address: str | Sequence[str], token: str | None = None, tls_ca: Any = None, *,
+            timeout: float = 60.0, tls_server_name: str | None = None,
+            max_message_bytes: int | None = None, retries: bool = True) -> AsyncClient:
+    """As ``simsearch.connect`` for a node or a cluster's coordinators (one address, or
+    several to fail over between), with coroutine methods. Use ``async with`` (or ``await
+    client.close()``)."""
+    return AsyncClient(address, token, tls_ca, timeout=timeout, tls_server_name=tls_server_name,
+                       max_message_bytes=max_message_bytes, retries=retries)
+
+
+class AsyncClient(ClientRequests):
+    """A connection to a node over grpc.aio; share one per event loop."""
+
+    def __init__(self, address, token=None, tls_ca=None, *, timeout: float = 60.0,
+                 tls_server_name: str | None = None, max_message_bytes: int | None = None,
+                 retries: bool = True):
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from . import convert
+        from .protos.simsearch.v1 import simsearch_pb2 as pb
+        from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
+
+        self._grpc, self._pb, self._convert, self._health_pb2 = grpc, pb, convert, health_pb2
+        self.address, self.timeout = address, timeout
+        target = sync._target(address)
+        self._failover = target.startswith(("ipv4:", "ipv6:"))
+        options = sync.channel_options(retries)
+        if tls_ca is not None:
+            ca = tls_ca if isinstance(tls_ca, bytes) else open(tls_ca, "rb").read()
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._channel = grpc.aio.secure_channel(
+                target, grpc.ssl_channel_credentials(root_certificates=ca), options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._stub = pb_grpc.SimSearchStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._max_message_bytes = max_message_bytes
+        self.retry_attempts = sync.RETRY_ATTEMPTS if retries else 1
+
+    async def _call(self, method: str, request, idempotent: bool = False):
+        """One call; an idempotent write is retried on UNAVAILABLE like the reads grpc
+        retries (Client._call)."""
+        attempts = self.retry_attempts if idempotent else 1
+        for attempt in range(attempts):
+            try:
+                return await getattr(self._stub, method)(
+                    request, timeout=self.timeout, metadata=self._metadata,
+                    wait_for_ready=self._failover and (idempotent or method in sync._RETRIED))
+            except self._grpc.aio.AioRpcError as err:
+                if attempt + 1 < attempts and err.code() == self._grpc.StatusCode.UNAVAILABLE:
+                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+                    continue
+                raise sync.error_from(err) from None
+
+    async def _run(self, plan):
+        return await arun(plan, self._call)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def server_info(self) -> dict[str, Any]:
+        return await self._run(self._server_info_plan())
+
+    async def health(self, service: str = "") -> str:
+        """The standard health check's status name, e.g. "SERVING"."""
+        try:
+            r = await self._health.Check(self._health_pb2.HealthCheckRequest(service=service),
+                                         timeout=self.timeout)
+        except self._grpc.aio.AioRpcError as err:
+            raise sync.error_from(err) from None
+        return self._health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+
+    async def create_collection(self, name: str, dim: int, metric: str = "l2",
+                                kind: str = "flat", schema: dict[str, str] | None = None,
+                                **build_params: Any) -> AsyncCollection:
+        return AsyncCollection(self, await self._run(self._create_plan(
+            name, dim, metric, kind, schema, False, "", build_params)))
+
+    async def collection(self, name: str) -> AsyncCollection:
+        return AsyncCollection(self, await self._run(self._describe_plan(name)))
+
+    async def drop_collection(self, name: str) -> None:
+        await self._run(self._drop_plan(name))
+
+    async def list_collections(self) -> list[str]:
+        return await self._run(self._list_plan())
+
+
+class AsyncCollection(CollectionRequests):
+    """``RemoteCollection``'s surface with coroutine methods (``count()`` for ``len``)."""
+
+    def __repr__(self) -> str:
+        return (f"AsyncCollection({self.name!r} at {self._client.address}, kind={self.kind!r}, "
+                f"dim={self.dim}, metric={self.metric!r})")
+
+    async def describe(self) -> dict[str, Any]:
+        return describe_info(await self._client._run(self._info_plan()))
+
+    async def count(self) -> int:
+        return int((await self._client._run(self._info_plan())).count)
+
+    async def train(self, x: Any = None, encoder: Any = None, **fit_params: Any) -> None:
+        await self._client._run(self._train_plan(x, encoder, fit_params))
+
+    async def add(self, x: Any, ids: Any = None, upsert: bool = False,
+                  attributes: dict[str, Any] | None = None) -> np.ndarray:
+        return await self._client._run(self._add_plan(x, ids, upsert, attributes))
+
+    async def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
+                     where: dict | None = None, **params: Any) -> SearchResult:
+        return await self._client._run(self._search_plan(q, k, allow, deny, where, params))
+
+    async def get(self, ids: Any = None, vectors: bool = False,
+                  where: dict | None = None) -> dict[str, Any]:
+        return await self._client._run(self._get_plan(ids, vectors, where))
+
+    async def remove(self, ids: Any, missing_ok: bool = False) -> int:
+        return await self._client._run(self._remove_plan(ids, missing_ok))
+
+    async def snapshot(self) -> int:
+        return await self._client._run(self._snapshot_plan())

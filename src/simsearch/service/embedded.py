@@ -1,0 +1,180 @@
+"""Embedded mode: a node's collections in this process, without gRPC (docs/service.md,
+"Embedded mode"). The same calls as a client of a node or a cluster; moving between them is a
+change of ``connect``'s argument::
+
+    c = simsearch.connect(":memory:")          # in process; gone when closed
+    c = simsearch.connect(path="./data")       # in process, durable (a node's data directory)
+    c = simsearch.connect("localhost:50051")   # a node, or a cluster's coordinators
+
+A path holds exactly what ``simsearch serve --data-dir`` keeps, so a directory written here can
+be served by a node later, and the other way round (never both at once).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
+from .attributes import check_where
+from .store import Store
+
+
+def _memory_dir() -> str:
+    """A private directory for ":memory:": on tmpfs where there is one (its fsyncs are free)."""
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="simsearch-memory-", dir=base)
+
+
+class EmbeddedClient:
+    """The collections of one data directory (``path``), or of a private one deleted on
+    ``close`` (``path=None``: ":memory:"). Thread-safe, like a node; one per directory."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self._scratch = _memory_dir() if path is None else None
+        self.address = ":memory:" if path is None else str(path)
+        self.store = Store(self._scratch or Path(path))
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"EmbeddedClient({self.address!r})"
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.store.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_scratch", None) is not None and not getattr(self, "_closed", True):
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def server_info(self) -> dict[str, Any]:
+        from .. import __version__
+        from ..index import index_kinds
+
+        return {"version": __version__, "max_message_bytes": 0, "index_kinds": index_kinds()}
+
+    def health(self, service: str = "") -> str:
+        return "SERVING"
+
+    def create_collection(self, name: str, dim: int, metric: str = "l2", kind: str = "flat",
+                          schema: dict[str, str] | None = None,
+                          **build_params: Any) -> EmbeddedCollection:
+        """As ``Client.create_collection``: an index of ``kind``, ``schema`` declaring
+        attribute types (docs/filters.md)."""
+        return EmbeddedCollection(self.store.create(name, dim, metric, kind, build_params,
+                                                    schema=schema))
+
+    def collection(self, name: str) -> EmbeddedCollection:
+        return EmbeddedCollection(self.store.get(name))
+
+    def drop_collection(self, name: str) -> None:
+        self.store.drop(name)
+
+    def list_collections(self) -> list[str]:
+        return self.store.names()
+
+    def export_collection(self, name: str) -> tuple[dict[str, Any], bytes]:
+        return self.store.get(name).export()
+
+    def import_collection(self, name: str, config: dict[str, Any],
+                          data: bytes) -> EmbeddedCollection:
+        return EmbeddedCollection(self.store.import_collection(name, config, data))
+
+
+class EmbeddedCollection:
+    """One collection, with the surface of ``RemoteCollection``."""
+
+    def __init__(self, served):
+        self._col = served
+        c = served.config
+        self.name, self.dim, self.metric, self.kind = served.name, c["dim"], c["metric"], c["kind"]
+        d = served.describe()
+        self.search_params = frozenset(d["search_params"])
+        self.needs_training = bool(d["needs_training"])
+
+    def __repr__(self) -> str:
+        return (f"EmbeddedCollection({self.name!r}, kind={self.kind!r}, dim={self.dim}, "
+                f"metric={self.metric!r})")
+
+    def describe(self) -> dict[str, Any]:
+        return self._col.describe()
+
+    def __len__(self) -> int:
+        return int(self._col.describe()["count"])
+
+    @property
+    def is_trained(self) -> bool:
+        return bool(self._col.describe()["trained"])
+
+    @property
+    def holds_strings(self) -> bool:
+        return self.kind == "strings"
+
+    def train(self, x: Any = None, encoder: Any = None, **fit_params: Any) -> None:
+        if self.holds_strings:
+            if encoder is not None:
+                fit_params["encoder_file"] = encoder if isinstance(encoder, bytes) else \
+                    encoder.to_bytes()
+            self._col.train(list(x) if x is not None else None, **fit_params)
+            return
+        from ..errors import InvalidParameterError
+
+        if encoder is not None or fit_params:
+            raise InvalidParameterError("encoder and fit parameters apply to string "
+                                        "collections only")
+        self._col.train(as_matrix(x, self.dim, self.metric, "training vectors"))
+
+    def add(self, x: Any, ids: Any = None, upsert: bool = False,
+            attributes: dict[str, Any] | None = None) -> np.ndarray:
+        if not self.holds_strings:
+            x = as_matrix(x, self.dim, self.metric)
+        if ids is not None:
+            ids = check_batch_ids(ids, len(x))
+        return self._col.add(x, ids, upsert=upsert, attributes=attributes)
+
+    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
+               where: dict | None = None, **params: Any) -> SearchResult:
+        if self.holds_strings:
+            from ..strings.collection import to_distances
+            from ..strings.string_index import StringSearchResult
+
+            r = self._col.search(list(q), check_k(k), params)
+            return StringSearchResult(r.ids, to_distances(r.scores))
+        # the index checks the queries, k and the id lists itself (and says the same)
+        if allow is not None:
+            params["allow"] = allow
+        if deny is not None:
+            params["deny"] = deny
+        if where is not None:
+            check_where(where)
+            params["where"] = where
+        return self._col.search(q, k, params)
+
+    def get(self, ids: Any = None, vectors: bool = False,
+            where: dict | None = None) -> dict[str, Any]:
+        """As ``RemoteCollection.get``."""
+        if where is not None:
+            check_where(where)
+        return self._col.get(ids, vectors=vectors, where=where)
+
+    def remove(self, ids: Any, missing_ok: bool = False) -> int:
+        return self._col.remove(as_id_array(ids), missing_ok=missing_ok)
+
+    def snapshot(self) -> int:
+        return self._col.snapshot()

@@ -1,0 +1,330 @@
+"""The client's calls without their transport: each public call is a plan, a generator that
+checks the input, yields ``(method, request, idempotent)`` for every RPC it needs, receives the
+response, and returns the answer. ``Client`` (client.py) runs plans over a blocking channel and
+``AsyncClient`` (aio.py) over grpc.aio, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from .._kernels import merge_topk
+from ..errors import DuplicateIdError, InvalidFilterError, InvalidParameterError
+from ..filters import parse_filter
+from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
+
+#: bytes kept free in every request for everything but the payload
+_REQUEST_OVERHEAD = 4096
+#: an int64 id as a protobuf varint takes at most 10 bytes
+_ID_BYTES = 10
+
+#: a plan: yields (method, request, idempotent), is sent each response, returns the answer
+Plan = Generator[tuple[str, Any, bool], Any, Any]
+
+
+def run(plan: Plan, call) -> Any:
+    """Run ``plan`` with the blocking ``call(method, request, idempotent)``."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(call(*step))
+    except StopIteration as done:
+        return done.value
+
+
+async def arun(plan: Plan, call) -> Any:
+    """Run ``plan`` with the coroutine ``call(method, request, idempotent)``."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await call(*step))
+    except StopIteration as done:
+        return done.value
+
+
+def _attribute_bytes_per_row(attributes: dict | None, n: int) -> int:
+    """About how many bytes of JSON one row's attributes take (twice the mean: headroom)."""
+    if not attributes or not n:
+        return 0
+    try:
+        size = len(json.dumps({k: list(v) for k, v in attributes.items()}, default=str))
+    except TypeError:
+        return 0  # the server says what is wrong with them
+    return 2 * size // n + 1
+
+
+def describe_info(i) -> dict[str, Any]:
+    """A CollectionInfo message as ``describe``'s dict."""
+    return {
+        "name": i.name, "dim": i.dim, "metric": i.metric, "kind": i.kind,
+        "params": json.loads(i.params_json or "{}"), "count": i.count, "trained": i.trained,
+        "needs_training": i.needs_training, "supports_remove": i.supports_remove,
+        "search_params": list(i.search_params), "schema": json.loads(i.schema_json or "{}"),
+        "incarnation": i.incarnation, "part_replica": i.part_replica,
+    }
+
+
+class ClientRequests:
+    """The client-level plans; a client provides ``_pb``, ``_convert`` and
+    ``_max_message_bytes``."""
+
+    _max_message_bytes: int | None
+
+    def _max_bytes_plan(self):
+        if self._max_message_bytes is None:
+            info = yield from self._server_info_plan()
+            self._max_message_bytes = int(info["max_message_bytes"])
+        return self._max_message_bytes
+
+    def _server_info_plan(self):
+        r = yield ("ServerInfo", self._pb.ServerInfoRequest(), False)
+        return {"version": r.version, "max_message_bytes": r.max_message_bytes,
+                "index_kinds": list(r.index_kinds)}
+
+    def _create_plan(self, name: str, dim: int, metric: str, kind: str,
+                     schema: dict | None, part_replica: bool, incarnation: str,
+                     build_params: dict):
+        return (yield ("CreateCollection", self._pb.CreateCollectionRequest(
+            name=name, dim=dim, metric=metric, kind=kind,
+            params_json=self._convert.dump_params(build_params),
+            schema_json=self._convert.dump_params(schema or {}),
+            part_replica=part_replica, incarnation=incarnation), False))
+
+    def _describe_plan(self, name: str):
+        return (yield ("DescribeCollection", self._pb.CollectionRequest(name=name), False))
+
+    def _drop_plan(self, name: str):
+        yield ("DropCollection", self._pb.CollectionRequest(name=name), False)
+
+    def _list_plan(self):
+        r = yield ("ListCollections", self._pb.ListCollectionsRequest(), False)
+        return [c.name for c in r.collections]
+
+
+class CollectionRequests:
+    """A collection's plans; a collection provides ``_client`` (a ClientRequests), ``name``,
+    ``dim``, ``metric`` and ``kind``."""
+
+    def __init__(self, client, info):
+        self._client = client
+        self.name = info.name
+        self.dim = int(info.dim)
+        self.metric = info.metric
+        self.kind = info.kind
+        self.search_params = frozenset(info.search_params)
+        self.needs_training = bool(info.needs_training)
+
+    @property
+    def holds_strings(self) -> bool:
+        """A string collection (kind "strings"): items and queries are str, results carry edit
+        distances (docs/service.md, "String collections")."""
+        return self.kind == "strings"
+
+    def _rows_per_call(self, bytes_per_row: int):
+        budget = (yield from self._client._max_bytes_plan()) - _REQUEST_OVERHEAD
+        return max(1, budget // max(1, bytes_per_row))
+
+    def _info_plan(self):
+        return (yield from self._client._describe_plan(self.name))
+
+    def _train_plan(self, x: Any, encoder: Any, fit_params: dict):
+        c = self._client
+        if not self.holds_strings:
+            if encoder is not None or fit_params:
+                raise InvalidParameterError("encoder and fit parameters apply to string "
+                                            "collections only")
+            x = as_matrix(x, self.dim, self.metric, "training vectors")
+            yield ("Train", c._pb.TrainRequest(collection=self.name,
+                                               vectors=c._convert.to_matrix(x)), False)
+            return
+        from ..strings._alphabet import check_strings
+
+        req = c._pb.TrainRequest(collection=self.name, params_json=c._convert.dump_params(
+            fit_params))
+        if x is not None:
+            req.texts.extend(check_strings(x, "training strings"))
+        if encoder is not None:
+            req.encoder = encoder if isinstance(encoder, bytes) else encoder.to_bytes()
+        yield ("Train", req, False)
+
+    def _add_strings_plan(self, x: Any, ids: Any, upsert: bool):
+        from ..strings._alphabet import check_strings
+
+        texts = check_strings(x)
+        if ids is not None:
+            ids = check_batch_ids(ids, len(texts))
+        c = self._client
+        widest = max(len(t.encode()) for t in texts) + 8
+        step = yield from self._rows_per_call(widest + _ID_BYTES)
+        out = []
+        for start in range(0, len(texts), step):
+            req = c._pb.AddRequest(collection=self.name, texts=texts[start : start + step],
+                                   auto_ids=ids is None, upsert=upsert)
+            if ids is not None:
+                req.ids.extend(ids[start : start + step].tolist())
+            r = yield ("Add", req, upsert and ids is not None)
+            out.append(np.asarray(r.ids, dtype=np.int64))
+        return np.concatenate(out)
+
+    def _search_strings_plan(self, q: Any, k: int, params: dict):
+        from ..strings._alphabet import check_strings
+        from ..strings.collection import to_distances
+        from ..strings.string_index import StringSearchResult
+
+        texts = check_strings(q, "queries")
+        c = self._client
+        pj = c._convert.dump_params(params)
+        widest = max(len(t.encode()) for t in texts) + 8
+        step = yield from self._rows_per_call(max(widest, k * c._convert.RESULT_BYTES))
+        ids, dists = [], []
+        for start in range(0, len(texts), step):
+            r = c._convert.from_search_response((yield ("Search", c._pb.SearchRequest(
+                collection=self.name, query_texts=texts[start : start + step], k=k,
+                params_json=pj), False)))
+            ids.append(r.ids)
+            dists.append(to_distances(r.scores))
+        return StringSearchResult(np.concatenate(ids), np.concatenate(dists))
+
+    def _add_plan(self, x: Any, ids: Any, upsert: bool, attributes: dict | None):
+        if self.holds_strings:
+            return (yield from self._add_strings_plan(x, ids, upsert))
+        x = as_matrix(x, self.dim, self.metric)
+        if ids is not None:
+            ids = check_batch_ids(ids, x.shape[0])
+        c = self._client
+        attr_row = _attribute_bytes_per_row(attributes, x.shape[0])
+        step = yield from self._rows_per_call(self.dim * 4 + _ID_BYTES + attr_row)
+        out = []
+        for start in range(0, max(1, x.shape[0]), step):
+            part = x[start : start + step]
+            req = c._pb.AddRequest(
+                collection=self.name,
+                vectors=c._convert.to_matrix(part),
+                auto_ids=ids is None,
+                upsert=upsert,
+                attributes_json=c._convert.dump_params(
+                    {k: list(v[start : start + step]) for k, v in attributes.items()}
+                    if attributes else {}),
+            )
+            if ids is not None:
+                req.ids.extend(ids[start : start + step].tolist())
+            r = yield ("Add", req, upsert and ids is not None)
+            out.append(np.asarray(r.ids, dtype=np.int64))
+        return np.concatenate(out) if out else np.empty(0, np.int64)
+
+    def _search_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
+                     params: dict):
+        k = check_k(k)
+        if self.holds_strings:
+            return (yield from self._search_strings_plan(q, k, params))
+        q = as_matrix(q, self.dim, self.metric, "queries")
+        filt = parse_filter(allow, deny, q.shape[0])
+        c = self._client
+        pj = c._convert.dump_params(params)
+        wj = c._convert.dump_params(where) if where is not None else ""
+        if where is not None and not wj:
+            wj = "{}"
+        budget = (yield from c._max_bytes_plan()) - _REQUEST_OVERHEAD - len(wj)
+        shared = sum(v.nbytes for v in (filt.allow, filt.deny) if isinstance(v, np.ndarray)) \
+            if filt is not None else 0
+        if shared > budget // 2:
+            return (yield from self._search_split_allow(q, k, filt, where, params,
+                                                        budget // 2))
+        per_row = 0
+        if filt is not None and not filt.shared:
+            per_row = max(sum(len(v[i]) for v in (filt.allow, filt.deny) if isinstance(v, list))
+                          for i in range(q.shape[0])) * 8
+        step = max(1, (budget - shared) // max(
+            1, max(self.dim * 4, k * c._convert.RESULT_BYTES) + per_row))
+        parts = []
+        for start in range(0, max(1, q.shape[0]), step):
+            req = c._pb.SearchRequest(collection=self.name,
+                                      queries=c._convert.to_matrix(q[start : start + step]),
+                                      k=k, params_json=pj, where_json=wj)
+            if filt is not None:
+                sub = filt.take(np.arange(start, min(start + step, q.shape[0])))
+                if sub.allow is not None:
+                    req.allow.CopyFrom(c._convert.to_id_list(sub.allow))
+                if sub.deny is not None:
+                    req.deny.CopyFrom(c._convert.to_id_list(sub.deny))
+            parts.append(c._convert.from_search_response((yield ("Search", req, False))))
+        if len(parts) == 1:
+            return parts[0]  # keeps a partial result's coverage (Pyramid coordinators)
+        n = np.array([len(r.ids) for r in parts])
+        coverage = float(np.dot(n, [r.coverage for r in parts]) / n.sum())
+        return SearchResult(np.concatenate([r.ids for r in parts]),
+                            np.concatenate([r.scores for r in parts]), coverage=coverage)
+
+    def _search_split_allow(self, q, k, filt, where, params, budget):
+        """A shared allow list larger than a message: search its pieces and keep the best k of
+        all (the answer over a union is the best of the answers over its parts)."""
+        if isinstance(filt.deny, np.ndarray) and filt.deny.nbytes > budget:
+            raise InvalidFilterError(
+                f"a deny list of {filt.deny.size} ids does not fit one message "
+                f"({self._client._max_message_bytes} bytes); raise max_message_bytes, or pass "
+                "the complement as an allow list")
+        step = max(1, budget // 8)
+        pieces = []
+        for i in range(0, filt.allow.size, step):
+            pieces.append((yield from self._search_plan(q, k, filt.allow[i : i + step],
+                                                        filt.deny, where, params)))
+        ids = np.concatenate([r.ids for r in pieces], axis=1)
+        scores = np.concatenate([r.scores for r in pieces], axis=1).astype(np.float32)
+        return SearchResult(*merge_topk(ids.astype(np.int64), scores, k, self.metric != "l2"))
+
+    def _get_plan(self, ids: Any, vectors: bool, where: dict | None):
+        c = self._client
+        wj = c._convert.dump_params(where) if where is not None else ""
+        if where is not None and not wj:
+            wj = "{}"
+        if ids is None:
+            r = yield ("Get", c._pb.GetRequest(collection=self.name, all=True, vectors=vectors,
+                                               where_json=wj), True)
+            return _merge_got([r], c._convert, self.dim, vectors)
+        ids = as_id_array(ids)
+        # about 1 KiB of attributes per item assumed; the server refuses what does not fit
+        step = yield from self._rows_per_call((self.dim * 4 if vectors else 0) + _ID_BYTES
+                                              + 1024)
+        got = []
+        for i in range(0, max(1, ids.size), step):
+            got.append((yield ("Get", c._pb.GetRequest(
+                collection=self.name, ids=np.ascontiguousarray(ids[i : i + step],
+                                                               "<i8").tobytes(),
+                vectors=vectors, where_json=wj), True)))
+        return _merge_got(got, c._convert, self.dim, vectors)
+
+    def _remove_plan(self, ids: Any, missing_ok: bool):
+        ids = as_id_array(ids)
+        if np.unique(ids).size != ids.size:
+            raise DuplicateIdError("ids to remove must be unique")
+        c = self._client
+        step = yield from self._rows_per_call(_ID_BYTES)
+        n = 0
+        for start in range(0, max(1, ids.size), step):
+            req = c._pb.RemoveRequest(collection=self.name, ids=ids[start : start + step].tolist(),
+                                      missing_ok=missing_ok)
+            n += int((yield ("Remove", req, missing_ok)).removed)
+        return n
+
+    def _snapshot_plan(self):
+        c = self._client
+        r = yield ("Snapshot", c._pb.CollectionRequest(name=self.name), False)
+        return int(r.count)
+
+
+def _merge_got(responses: list, convert, dim: int, vectors: bool) -> dict[str, Any]:
+    """GetResponses of one ``get`` as one answer."""
+    got_ids = [convert.ids_from_bytes(r.ids) for r in responses]
+    attrs = [convert.load_json(r.attributes_json, "attributes_json") or {} for r in responses]
+    names = sorted({n for a in attrs for n in a})
+    x = None
+    if vectors:
+        x = np.concatenate([convert.from_matrix(r.vectors, dim) if r.vectors.rows else
+                            np.empty((0, dim), np.float32) for r in responses])
+    return {"ids": np.concatenate(got_ids), "vectors": x,
+            "attributes": {n: [v for a, i in zip(attrs, got_ids, strict=True)
+                               for v in a.get(n, [None] * i.size)] for n in names}}
