@@ -34,3 +34,24 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _fail_if_fault_test_skipped(outcome.get_result(), collector.fspath)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    """A search node (a real process) for a module's tests."""
+    from nodeproc import ServerProcess
+
+    s = ServerProcess(tmp_path_factory.mktemp("node") / "data")
+    yield s
+    s.kill()
+
+
+@pytest.fixture(scope="module")
+def small_cluster(tmp_path_factory):
+    """A local Pyramid cluster (2 shards, 1 replica, 1 coordinator) for a module's tests."""
+    pytest.importorskip("grpc")
+    from simsearch.pyramid.launcher import LocalCluster
+
+    cl = LocalCluster(tmp_path_factory.mktemp("cluster"), 2, 1)
+    yield cl
+    cl.stop()

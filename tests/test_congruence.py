@@ -30,15 +30,6 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    from nodeproc import ServerProcess
-
-    s = ServerProcess(tmp_path_factory.mktemp("congruence") / "data")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
 def clients(node, tmp_path_factory):
     out = {"memory": ss.connect(":memory:"),
            "path": ss.connect(path=tmp_path_factory.mktemp("embedded")),

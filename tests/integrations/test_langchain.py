@@ -24,24 +24,6 @@ from simsearch.integrations.langchain import SimsearchVectorStore  # noqa: E402
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    from nodeproc import ServerProcess
-
-    s = ServerProcess(tmp_path_factory.mktemp("lcnode") / "data")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from simsearch.pyramid.launcher import LocalCluster
-
-    cl = LocalCluster(tmp_path_factory.mktemp("lccluster"), 2, 1)
-    yield cl
-    cl.stop()
-
-
 class TestEmbedded(VectorStoreIntegrationTests):
     @pytest.fixture()
     def vectorstore(self):
@@ -69,13 +51,13 @@ class TestOnACluster(VectorStoreIntegrationTests):
     one by name (every part searched: the suite's rankings are exact)."""
 
     @pytest.fixture()
-    def vectorstore(self, cluster):
+    def vectorstore(self, small_cluster):
         name = f"lc{next(_names)}"
-        with ss.connect(cluster.coordinator, timeout=60) as c:
+        with ss.connect(small_cluster.coordinator, timeout=60) as c:
             col = c.create_collection(name, 6, "cosine", "pyramid", n_centers=4,
                                       n_partitions=2, sub_index="flat")
             col.train(np.random.default_rng(0).standard_normal((64, 6)).astype(np.float32))
-        store = SimsearchVectorStore(self.get_embeddings(), client=cluster.coordinator,
+        store = SimsearchVectorStore(self.get_embeddings(), client=small_cluster.coordinator,
                                      collection_name=name)
         try:
             yield store

@@ -63,24 +63,6 @@ def brute_force(nodes: list[TextNode], embed, query: str, k: int) -> list[str]:
     return [texts[i] for i in order[:k]]
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    from nodeproc import ServerProcess
-
-    s = ServerProcess(tmp_path_factory.mktemp("linode") / "data")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from simsearch.pyramid.launcher import LocalCluster
-
-    cl = LocalCluster(tmp_path_factory.mktemp("licluster"), 2, 1)
-    yield cl
-    cl.stop()
-
-
 def make_store(where: str, request) -> SimsearchVectorStore:
     name = f"li{next(_names)}"
     if where == "embedded":
@@ -88,7 +70,7 @@ def make_store(where: str, request) -> SimsearchVectorStore:
     if where == "node":
         return SimsearchVectorStore(client=request.getfixturevalue("node").address,
                                     collection_name=name, kind="flat")
-    cl = request.getfixturevalue("cluster")
+    cl = request.getfixturevalue("small_cluster")
     with ss.connect(cl.coordinator, timeout=60) as c:
         c.create_collection(name, DIM, "cosine", "pyramid", n_centers=4, n_partitions=2,
                             sub_index="flat").train(

@@ -12,6 +12,8 @@ import numpy as np
 
 from .._validate import MAX_ID
 from ..errors import InvalidParameterError
+from ..index import index_class
+from ..service.errors import CollectionNotFoundError
 
 #: reserved attributes: an item's text, its metadata as JSON, its framework id
 TEXT, METADATA, KEY = "_text", "_metadata", "_id"
@@ -83,3 +85,46 @@ def metadata_columns(metadatas: list[dict], schema: dict[str, str]) -> dict[str,
         if any(ok):
             out[key] = [m.get(key) if o else None for m, o in zip(metadatas, ok, strict=True)]
     return out
+
+
+def open_client(client: Any) -> tuple[Any, bool]:
+    """(the client to use, whether the adapter opened it and closes it): ``client`` itself, or
+    ``simsearch.connect(client)`` for an address, or an embedded in-memory one for None."""
+    from ..service.client import connect
+
+    if client is None or isinstance(client, str):
+        return connect(client or ":memory:"), True
+    return client, False
+
+
+def open_collection(client, name: str, dim: int | None, metric: str, kind: str,
+                    index_params: dict):
+    """The collection ``name``; made with ``dim`` when missing (None while it does not exist
+    and ``dim`` is None). A kind that needs training must be made and trained beforehand."""
+    try:
+        return client.collection(name)
+    except CollectionNotFoundError:
+        if dim is None:
+            return None
+    if index_class(kind).needs_training:
+        raise InvalidParameterError(
+            f"index kind {kind!r} needs training: create and train collection {name!r} first, "
+            "then pass its name")
+    return client.create_collection(name, dim, metric, kind, **index_params)
+
+
+class HoldsCollection:
+    """What an adapter does with its client (``_client``, closed by ``close`` when
+    ``_owns_client``) and its collection (``_col``, opened by ``_collection``)."""
+
+    def close(self) -> None:
+        """Close the client if this store opened it."""
+        if self._owns_client:
+            self._client.close()
+
+    def _collection(self, dim: int | None = None):
+        """The collection; None while it does not exist and ``dim`` is not given."""
+        if self._col is None:
+            self._col = open_collection(self._client, self.collection_name, dim, self.metric,
+                                        self.kind, self.index_params)
+        return self._col

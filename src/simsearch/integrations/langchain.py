@@ -31,13 +31,20 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from ..errors import InvalidParameterError
-from ..index import index_class
-from ..service.client import connect
-from ..service.errors import CollectionNotFoundError
-from ._items import KEY, METADATA, TEXT, check_new, item_ids, metadata_columns, owned
+from ._items import (
+    KEY,
+    METADATA,
+    TEXT,
+    HoldsCollection,
+    check_new,
+    item_ids,
+    metadata_columns,
+    open_client,
+    owned,
+)
 
 
-class SimsearchVectorStore(VectorStore):
+class SimsearchVectorStore(HoldsCollection, VectorStore):
     """A LangChain vector store kept in one simsearch collection (module docstring).
 
     embedding: the LangChain ``Embeddings``. client: a ``simsearch.connect`` client, an address
@@ -51,8 +58,7 @@ class SimsearchVectorStore(VectorStore):
                  collection_name: str = "langchain", metric: str = "cosine",
                  kind: str = "hnsw", index_params: dict | None = None,
                  search_params: dict | None = None):
-        self._owns_client = client is None or isinstance(client, str)
-        self.client = connect(client or ":memory:") if self._owns_client else client
+        self._client, self._owns_client = open_client(client)
         self._embedding = embedding
         self.collection_name, self.metric, self.kind = collection_name, metric, kind
         self.index_params = dict(index_params or {})
@@ -63,26 +69,9 @@ class SimsearchVectorStore(VectorStore):
     def embeddings(self) -> Embeddings:
         return self._embedding
 
-    def close(self) -> None:
-        """Close the client if this store opened it."""
-        if self._owns_client:
-            self.client.close()
-
-    def _collection(self, dim: int | None = None):
-        """The collection; None while it does not exist and ``dim`` is not given."""
-        if self._col is None:
-            try:
-                self._col = self.client.collection(self.collection_name)
-            except CollectionNotFoundError:
-                if dim is None:
-                    return None
-                if index_class(self.kind).needs_training:
-                    raise InvalidParameterError(
-                        f"index kind {self.kind!r} needs training: create and train collection "
-                        f"{self.collection_name!r} first, then pass its name") from None
-                self._col = self.client.create_collection(
-                    self.collection_name, dim, self.metric, self.kind, **self.index_params)
-        return self._col
+    @property
+    def client(self) -> Any:
+        return self._client
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -112,7 +101,7 @@ class SimsearchVectorStore(VectorStore):
         them (the collection is dropped)."""
         if ids is None:
             if self._collection() is not None:
-                self.client.drop_collection(self.collection_name)
+                self._client.drop_collection(self.collection_name)
                 self._col = None
             return True
         col = self._collection()

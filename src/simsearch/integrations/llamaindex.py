@@ -36,10 +36,16 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
 from ..errors import InvalidFilterError, InvalidParameterError
-from ..index import index_class
-from ..service.client import connect
-from ..service.errors import CollectionNotFoundError
-from ._items import KEY, METADATA, check_new, item_ids, metadata_columns, owned
+from ._items import (
+    KEY,
+    METADATA,
+    HoldsCollection,
+    check_new,
+    item_ids,
+    metadata_columns,
+    open_client,
+    owned,
+)
 
 #: the attribute holding each node's ref_doc_id (``delete(ref_doc_id)`` selects on it)
 REF_DOC = "ref_doc_id"
@@ -75,7 +81,7 @@ def where_of(filters: MetadataFilters | None) -> dict | None:
     return {"$not": joined} if filters.condition == FilterCondition.NOT else joined
 
 
-class SimsearchVectorStore(BasePydanticVectorStore):
+class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
     """A LlamaIndex vector store kept in one simsearch collection (module docstring).
 
     client: a ``simsearch.connect`` client, an address for it, or None for an embedded
@@ -98,8 +104,7 @@ class SimsearchVectorStore(BasePydanticVectorStore):
 
     def __init__(self, client: Any = None, **fields: Any):
         super().__init__(**fields)
-        self._owns_client = client is None or isinstance(client, str)
-        self._client = connect(client or ":memory:") if self._owns_client else client
+        self._client, self._owns_client = open_client(client)
 
     @classmethod
     def class_name(cls) -> str:
@@ -108,26 +113,6 @@ class SimsearchVectorStore(BasePydanticVectorStore):
     @property
     def client(self) -> Any:
         return self._client
-
-    def close(self) -> None:
-        """Close the client if this store opened it."""
-        if self._owns_client:
-            self._client.close()
-
-    def _collection(self, dim: int | None = None):
-        if self._col is None:
-            try:
-                self._col = self._client.collection(self.collection_name)
-            except CollectionNotFoundError:
-                if dim is None:
-                    return None
-                if index_class(self.kind).needs_training:
-                    raise InvalidParameterError(
-                        f"index kind {self.kind!r} needs training: create and train collection "
-                        f"{self.collection_name!r} first, then pass its name") from None
-                self._col = self._client.create_collection(
-                    self.collection_name, dim, self.metric, self.kind, **self.index_params)
-        return self._col
 
     # -- writes -------------------------------------------------------------------------------
 
