@@ -93,3 +93,38 @@ def test_string_collection_with_a_given_encoder_survives_kill_9(server_factory, 
     ref.add([acked[i] for i in ids.tolist()], ids=ids)
     got, want = col.search(queries, 3, n_candidates=400), ref.search(queries, 3, n_candidates=400)
     np.testing.assert_array_equal(got.distances, want.distances)
+
+
+def test_string_filters_and_attributes_reach_the_collection_over_grpc_and_embedded(
+        server_factory, data):
+    """The defect: over gRPC a string collection silently dropped ``allow``, ``deny`` and
+    ``where`` (and the attributes of an add), while the node and the in-process index honour
+    them; seen failing on the code before (the filtered answers equalled the unfiltered ones).
+    Now the node, an embedded collection and the in-process index answer alike."""
+    import simsearch as ss
+
+    base, queries = data
+    enc = CNNEDEncoder(**ENC).fit(base, progress=False, **FIT)
+    ref = StringIndex(enc, "flat")
+    ref.add(base)
+    group = [["x", "y", "z"][i % 3] for i in range(len(base))]
+    allow = np.arange(0, len(base), 2)
+    deny = [np.arange(i, i + 40) for i in range(len(queries))]
+    where_ids = np.array([i for i, g in enumerate(group) if g == "y"])
+    want = [ref.search(queries, 5, allow=allow, n_candidates=64),
+            ref.search(queries, 5, deny=deny, n_candidates=64),
+            ref.search(queries, 5, allow=where_ids, n_candidates=64)]
+    srv = server_factory()
+    for c in (srv.client(timeout=120), ss.connect(":memory:")):
+        col = c.create_collection(f"w{id(c)}", 0, "edit", "strings", index="flat",
+                                  encoder=ENC)
+        col.train(encoder=enc)
+        col.add(base, attributes={"group": group})
+        got = [col.search(queries, 5, allow=allow, n_candidates=64),
+               col.search(queries, 5, deny=deny, n_candidates=64),
+               col.search(queries, 5, where={"group": "y"}, n_candidates=64)]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g.ids, w.ids)
+            np.testing.assert_array_equal(g.distances, w.distances)
+        assert col.get([1, 2])["attributes"]["group"] == ["y", "z"]
+        c.close()

@@ -150,12 +150,6 @@ class EmbeddedCollection:
 
     def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
                where: dict | None = None, **params: Any) -> SearchResult:
-        if self.holds_strings:
-            from ..strings.collection import to_distances
-            from ..strings.string_index import StringSearchResult
-
-            r = self._col.search(list(q), check_k(k), params)
-            return StringSearchResult(r.ids, to_distances(r.scores))
         # the index checks the queries, k and the id lists itself (and says the same)
         if allow is not None:
             params["allow"] = allow
@@ -164,6 +158,12 @@ class EmbeddedCollection:
         if where is not None:
             check_where(where)
             params["where"] = where
+        if self.holds_strings:
+            from ..strings.collection import to_distances
+            from ..strings.string_index import StringSearchResult
+
+            r = self._col.search(list(q), check_k(k), params)
+            return StringSearchResult(r.ids, to_distances(r.scores))
         return self._col.search(q, k, params)
 
     def get(self, ids: Any = None, vectors: bool = False,

@@ -151,7 +151,7 @@ class CollectionRequests:
             req.encoder = encoder if isinstance(encoder, bytes) else encoder.to_bytes()
         yield ("Train", req, False)
 
-    def _add_strings_plan(self, x: Any, ids: Any, upsert: bool):
+    def _add_strings_plan(self, x: Any, ids: Any, upsert: bool, attributes: dict | None):
         from ..strings._alphabet import check_strings
 
         texts = check_strings(x)
@@ -159,39 +159,57 @@ class CollectionRequests:
             ids = check_batch_ids(ids, len(texts))
         c = self._client
         widest = max(len(t.encode()) for t in texts) + 8
-        step = yield from self._rows_per_call(widest + _ID_BYTES)
+        attr_row = _attribute_bytes_per_row(attributes, len(texts))
+        step = yield from self._rows_per_call(widest + _ID_BYTES + attr_row)
         out = []
         for start in range(0, len(texts), step):
-            req = c._pb.AddRequest(collection=self.name, texts=texts[start : start + step],
-                                   auto_ids=ids is None, upsert=upsert)
+            req = c._pb.AddRequest(
+                collection=self.name, texts=texts[start : start + step], auto_ids=ids is None,
+                upsert=upsert, attributes_json=c._convert.dump_params(
+                    {k: list(v[start : start + step]) for k, v in attributes.items()}
+                    if attributes else {}))
             if ids is not None:
                 req.ids.extend(ids[start : start + step].tolist())
             r = yield ("Add", req, upsert and ids is not None)
             out.append(np.asarray(r.ids, dtype=np.int64))
         return np.concatenate(out)
 
-    def _search_strings_plan(self, q: Any, k: int, params: dict):
+    def _search_strings_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
+                             params: dict):
         from ..strings._alphabet import check_strings
         from ..strings.collection import to_distances
         from ..strings.string_index import StringSearchResult
 
         texts = check_strings(q, "queries")
+        filt = parse_filter(allow, deny, len(texts))
         c = self._client
         pj = c._convert.dump_params(params)
+        wj = c._convert.dump_params(where) if where is not None else ""
+        if where is not None and not wj:
+            wj = "{}"
+        lists = sum(v.nbytes if isinstance(v, np.ndarray) else 8 * sum(map(len, v))
+                    for v in (filt.allow, filt.deny) if v is not None) if filt is not None else 0
         widest = max(len(t.encode()) for t in texts) + 8
-        step = yield from self._rows_per_call(max(widest, k * c._convert.RESULT_BYTES))
+        step = yield from self._rows_per_call(max(widest, k * c._convert.RESULT_BYTES)
+                                              + lists + len(wj))
         ids, dists = [], []
         for start in range(0, len(texts), step):
-            r = c._convert.from_search_response((yield ("Search", c._pb.SearchRequest(
-                collection=self.name, query_texts=texts[start : start + step], k=k,
-                params_json=pj), False)))
+            req = c._pb.SearchRequest(collection=self.name, k=k, params_json=pj,
+                                      query_texts=texts[start : start + step], where_json=wj)
+            if filt is not None:
+                sub = filt.take(np.arange(start, min(start + step, len(texts))))
+                if sub.allow is not None:
+                    req.allow.CopyFrom(c._convert.to_id_list(sub.allow))
+                if sub.deny is not None:
+                    req.deny.CopyFrom(c._convert.to_id_list(sub.deny))
+            r = c._convert.from_search_response((yield ("Search", req, False)))
             ids.append(r.ids)
             dists.append(to_distances(r.scores))
         return StringSearchResult(np.concatenate(ids), np.concatenate(dists))
 
     def _add_plan(self, x: Any, ids: Any, upsert: bool, attributes: dict | None):
         if self.holds_strings:
-            return (yield from self._add_strings_plan(x, ids, upsert))
+            return (yield from self._add_strings_plan(x, ids, upsert, attributes))
         x = as_matrix(x, self.dim, self.metric)
         if ids is not None:
             ids = check_batch_ids(ids, x.shape[0])
@@ -219,8 +237,8 @@ class CollectionRequests:
     def _search_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
                      params: dict):
         k = check_k(k)
-        if self.holds_strings:
-            return (yield from self._search_strings_plan(q, k, params))
+        if self.holds_strings:  # allow / deny / where as for vectors
+            return (yield from self._search_strings_plan(q, k, allow, deny, where, params))
         q = as_matrix(q, self.dim, self.metric, "queries")
         filt = parse_filter(allow, deny, q.shape[0])
         c = self._client
