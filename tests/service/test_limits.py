@@ -192,3 +192,31 @@ def test_id_lists_are_bounded_by_their_decoded_size(server_factory):
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, ei.value.details()
     assert len(col) == 4  # nothing removed or added
     assert col.remove([1, 2]) == 2  # a normal remove still works
+
+
+def test_a_get_of_more_items_than_an_answer_carries_is_refused_before_it_is_read(
+        server_factory):
+    """The defect: ``Get`` with ``all`` (or a broad ``where``) built the whole answer (every
+    id, attribute and vector of the collection) in the server's memory, then refused it for
+    its size. Now the count is checked first; the refusal is typed and the node serves on.
+    Bad input to ``get`` is refused with a typed error too."""
+    import simsearch as ss
+    from simsearch.service.errors import ResourceExhaustedError
+
+    server = server_factory("--max-message-bytes", str(64 << 10))
+    c = server.client(timeout=30)
+    col = c.create_collection("g", 64, "l2", "flat")
+    n = 2_000  # 2,000 x (64 x 4 + 8) bytes of vectors: over 64 KiB
+    col.add(np.ones((n, 64), np.float32), attributes={"k": ["a"] * n})
+    with pytest.raises(ResourceExhaustedError, match="items selected"):
+        col.get(vectors=True)
+    with pytest.raises(ResourceExhaustedError, match="items selected"):
+        col.get(where={"k": "a"}, vectors=True)
+    assert col.get(where={"k": "a"})["ids"].size == n  # ids alone fit
+    got = col.get(np.arange(n), vectors=True)  # a list of ids is split by the client
+    assert got["ids"].size == n and got["vectors"].shape == (n, 64)
+    with pytest.raises(ss.errors.InvalidIdError):
+        col.get([-1])
+    with pytest.raises(ss.errors.InvalidFilterError):
+        col.get(where={"missing": 1})
+    assert col.get([])["ids"].size == 0 and len(col) == n

@@ -336,10 +336,10 @@ class ClusterCollection:
                 "snapshot_time": time.time()}
 
     def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
-            deadline: float | None = None) -> dict:
+            deadline: float | None = None, max_items: int | None = None) -> dict:
         """``Collection.get``: each item read from its home part (``fanout.get_items``)."""
         return get_items(self.current(), None if ids is None else as_id_array(ids), vectors,
-                         where)
+                         where, max_items)
 
     def search(self, q: Any, k: int, params: dict, deadline: float | None = None
                ) -> SearchResult:

@@ -451,11 +451,12 @@ class Collection:
             return _search_per_query(index, q, k, params)
 
     def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
-            deadline: float | None = None) -> dict:
+            deadline: float | None = None, max_items: int | None = None) -> dict:
         """The asked ``ids`` this collection holds, in the order asked (others are skipped),
         or with ``ids=None`` every item (sorted); of those, only the ones ``where`` selects;
         with their attributes ({name: one value per id, None where it has none}) and, when
-        ``vectors``, their stored vectors: ``{"ids", "attributes", "vectors"}``."""
+        ``vectors``, their stored vectors: ``{"ids", "attributes", "vectors"}``. More than
+        ``max_items`` selected: ResourceExhaustedError before any of them is read."""
         with self._rw.read(deadline):
             index = self._index()
             if ids is None:
@@ -465,6 +466,10 @@ class Collection:
                 held = ids[index.contains(ids)] if ids.size else ids
             if where is not None:
                 held = held[in_sorted(self.attrs.where(where, deadline), held)]
+            if max_items is not None and held.size > max_items:
+                raise ResourceExhaustedError(
+                    f"{held.size} items selected, over the {max_items} one answer can carry "
+                    "(the server's message limit); ask for fewer ids, or a narrower where")
             if vectors and not isinstance(index, Index):
                 raise UnsupportedOperationError(f"collection {self.name!r} holds strings, "
                                                 "not vectors")

@@ -259,14 +259,10 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                     f"--max-where-bytes of {self.limits.max_where_bytes}")
             where = convert.load_json(request.where_json, "where_json")
             check_where(where, self.limits)
-        got = col.get(ids, vectors=request.vectors, where=where, deadline=deadline)
-        n = got["ids"].size
-        need = n * ((col.config["dim"] * 4 if request.vectors else 0) + 8) + _RESPONSE_OVERHEAD
-        if need > self.max_message_bytes:
-            raise ResourceExhaustedError(
-                f"{n} items would take {need} bytes, over the server's message limit of "
-                f"{self.max_message_bytes}; ask for fewer ids per call (the Python client "
-                "splits a list of ids for you)")
+        # refused before anything is read: an answer is at least its ids (and vectors)
+        row = (col.config["dim"] * 4 if request.vectors else 0) + 8
+        got = col.get(ids, vectors=request.vectors, where=where, deadline=deadline,
+                      max_items=max(0, self.max_message_bytes - _RESPONSE_OVERHEAD) // row)
         out = pb.GetResponse(ids=np.ascontiguousarray(got["ids"], "<i8").tobytes(),
                              attributes_json=convert.dump_params(got["attributes"]))
         if got["vectors"] is not None:
