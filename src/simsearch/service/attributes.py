@@ -251,7 +251,7 @@ class AttributeTable:
                 col["flat_ids"], col["flat_codes"] = col["flat_ids"][k2], col["flat_codes"][k2]
 
     def rows_of(self, ids: np.ndarray) -> dict[str, list]:
-        """The attributes of ids (held), as ``check`` takes them: for tests and export."""
+        """The attributes of ids (held), as ``check`` takes them (``get``, tests, export)."""
         pos = np.searchsorted(self.ids, ids)
         out: dict[str, list] = {}
         for name, col in self.cols.items():
@@ -261,11 +261,14 @@ class AttributeTable:
                              for v, p in zip(col["values"][pos], col["present"][pos], strict=True)]
             elif t == "keyword":
                 out[name] = [self.words[name][c] if c >= 0 else None for c in col["codes"][pos]]
-            else:
-                out[name] = []
-                for i, p in zip(ids.tolist(), col["present"][pos], strict=True):
-                    sel = col["flat_codes"][col["flat_ids"] == i]
-                    out[name].append([self.words[name][c] for c in sel] if p else None)
+            else:  # each id's run of the flat pairs, in the order they were added
+                order = np.argsort(col["flat_ids"], kind="stable")
+                fi, fc = col["flat_ids"][order], col["flat_codes"][order].tolist()
+                lo, hi = np.searchsorted(fi, ids, "left"), np.searchsorted(fi, ids, "right")
+                words = self.words[name]
+                out[name] = [[words[c] for c in fc[a:b]] if p else None
+                             for a, b, p in zip(lo.tolist(), hi.tolist(),
+                                                col["present"][pos].tolist(), strict=True)]
         return out
 
     # -- persistence ----------------------------------------------------------------------------
