@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TEST_EXTRAS ?= dev,bench,service,strings,cluster,langchain,llamaindex
 
-.PHONY: demo test lint bench-smoke clean constraints
+.PHONY: demo test lint docs bench-smoke clean constraints
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -25,6 +25,15 @@ lint: $(PY)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy tests/static
+	$(PY) -m pytest -q -p no:doctest tests/test_docs.py -k links   # every relative link resolves
+
+# the API reference, from the docstrings (tests/test_docs.py builds the same modules)
+API_MODULES := simsearch simsearch.aio simsearch.lsh simsearch.quant simsearch.graph \
+	simsearch.pyramid simsearch.strings simsearch.service.client simsearch.service.embedded \
+	simsearch.integrations.langchain simsearch.integrations.llamaindex simsearch.errors \
+	simsearch.service.errors
+docs: $(PY)
+	$(VENV)/bin/pdoc -o site/api $(API_MODULES)
 
 # refresh the pins from the working .venv (then run make test in a fresh clone before committing)
 constraints: $(PY)
@@ -36,4 +45,4 @@ bench-smoke: $(PY)
 	$(PY) -m bench run bench/configs/smoke.yaml
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-results
+	rm -rf $(VENV) build *.egg-info demo-results site

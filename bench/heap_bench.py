@@ -1,4 +1,4 @@
-"""Search speed of every numba kernel that keeps a top-k in simsearch._heap (issue 25: one heap
+"""Search speed of every numba kernel that keeps a top-k in simsearch._heap (one heap
 module; run on the code before and after to compare).
 
     flock /tmp/simsearch-bench.lock python bench/heap_bench.py

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,8 +17,9 @@ class Case:
     """How to make one index kind for the contract suite.
 
     make(dim, metric, train_x) returns an index ready for add() (trained where needed).
-    min_recall: recall@10 against FlatIndex on the fixture with ``search_kw``.
+    min_recall: recall@10 against the exact oracle on the fixture with ``search_kw``.
     exact: results must equal the oracle's (ids by score, scores to float tolerance).
+    items: what the kind holds ("vectors", or "strings": the string fixture, dim 0).
     """
 
     id: str
@@ -27,6 +29,45 @@ class Case:
     min_recall: float = 0.9
     exact: bool = False
     supports_remove: bool = True
+    items: str = "vectors"
+
+
+def dim_of(case: Case, dim: int) -> int:
+    """The dim a case's index is made with: 0 for strings."""
+    return 0 if case.items == "strings" else dim
+
+
+def items_of(case: Case, n: int, n_queries: int, dim: int, seed: int):
+    """(base, queries) of the case's items: long-tailed vectors, or strings (object arrays)."""
+    from simsearch.datasets import synthetic_longtail
+    from string_fixture import strings
+
+    if case.items == "strings":
+        return strings(n, n_queries, seed)
+    return synthetic_longtail(n=n, dim=dim, n_queries=n_queries, n_clusters=30, seed=seed)
+
+
+def exact_search(case: Case, metric: str, dim: int, base, ids, queries, k: int):
+    """The exact top-k of ``queries`` among ``base`` (with ``ids``): FlatIndex, or for strings
+    every item re-ranked by edit distance (a flat embedding index asked for all of them)."""
+    if case.items == "strings":
+        idx = ss.create_index("strings", 0, "edit", index="flat", encoder=string_encoder())
+        idx.add(base, ids)
+        return idx.search(queries, k, n_candidates=len(ids))
+    idx = ss.FlatIndex(dim, metric)
+    idx.add(base, ids)
+    return idx.search(queries, k)
+
+
+@functools.cache
+def string_encoder():
+    """One small CNN-ED encoder for the string cases (trained once per session)."""
+    from simsearch.strings import CNNEDEncoder
+    from string_fixture import strings
+
+    base, _ = strings()
+    return CNNEDEncoder(alphabet="acgt", max_len=16, embed_dim=32, seed=0).fit(
+        base[:600].tolist(), epochs=2, n_train=600, n_neighbors=20, progress=False)
 
 
 CASES = [
@@ -133,4 +174,13 @@ CASES = [
         search_kw={"branching": 6, "ef": 64},
         min_recall=0.95,
     ),  # observed 1.0 / 1.0 / 0.99 (ip/cosine/l2)
+    Case(
+        "strings",  # CNN-ED candidates from HNSW, re-ranked by exact edit distance
+        lambda d, m, x: ss.create_index("strings", 0, "edit", index="hnsw", M=12,
+                                        encoder=string_encoder()),
+        metrics=("edit",),
+        search_kw={"n_candidates": 300},
+        min_recall=0.95,
+        items="strings",
+    ),
 ]

@@ -86,6 +86,90 @@ def test_the_same_calls_answer_the_same_everywhere(kind, metric, params, data, c
             want_sel)
 
 
+def test_strings_answer_the_same_everywhere(clients):
+    """A string collection is an ordinary kind: add with attributes, remove, search with
+    allow / deny / where, get; the same answers in process, embedded and on a node (over
+    gRPC the filters once were dropped)."""
+    from contract import string_encoder
+    from string_fixture import strings
+
+    base, queries = strings(400, 6, 5)
+    attrs = {"colour": [["red", "green", "blue"][i % 3] for i in range(400)]}
+    ref = ss.create_index("strings", 0, "edit", index="flat", encoder=string_encoder())
+    ref.add(base)
+    ref.remove(np.arange(0, 400, 7))
+    answers = {}
+    for where, c in clients.items():
+        col = c.create_collection(f"s{next(_names)}", 0, "edit", "strings", index="flat")
+        col.train(encoder=string_encoder())
+        col.add(base, attributes=attrs)
+        col.remove(np.arange(0, 400, 7))
+        red = np.arange(0, 400, 3)
+        answers[where] = [col.search(queries, K), col.search(queries, K, allow=red),
+                          col.search(queries, K, deny=np.arange(200)),
+                          col.search(queries, K, where={"colour": "red"}),
+                          col.search(queries[0], K, where={"colour": "red"}, allow=red[:40])]
+        got = col.get([5, 3, 7], where={"colour": "blue"})
+        assert got["ids"].tolist() == [5] and got["attributes"]["colour"] == ["blue"], where
+        with pytest.raises(ss.errors.UnsupportedOperationError, match="strings"):
+            col.get([5], vectors=True)
+    np.testing.assert_array_equal(answers["memory"][0].ids, ref.search(queries, K).ids)
+    np.testing.assert_array_equal(answers["memory"][1].ids, answers["memory"][3].ids)
+    for where, a in answers.items():
+        for r, f in zip(a, answers["memory"], strict=True):
+            np.testing.assert_array_equal(r.ids, f.ids, err_msg=where)
+            np.testing.assert_array_equal(r.scores, f.scores, err_msg=where)
+        assert a[2].ids.min() >= 200 and np.isin(a[4].ids[a[4].ids >= 0], red[:40]).all()
+
+
+def test_one_search_signature_everywhere():
+    """Every searchable takes search(q, k, *, allow, deny, where, deadline, **params)."""
+    import inspect
+
+    from simsearch.pyramid.collection import ClusterCollection
+    from simsearch.pyramid.parts import RemotePart
+    from simsearch.service.aio import AsyncCollection
+    from simsearch.service.client import RemoteCollection
+    from simsearch.service.collection import Collection
+    from simsearch.service.embedded import EmbeddedCollection
+    from simsearch.strings import StringIndex
+
+    want = ["q", "k", "allow", "deny", "where", "deadline", "params"]
+    kinds = [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2 + \
+        [inspect.Parameter.KEYWORD_ONLY] * 4 + [inspect.Parameter.VAR_KEYWORD]
+    for cls in (ss.Index, StringIndex, Collection, ClusterCollection, RemoteCollection,
+                AsyncCollection, EmbeddedCollection, RemotePart):
+        sig = inspect.signature(cls.search)
+        params = [p for p in sig.parameters.values() if p.name != "self"]
+        assert [p.name for p in params] == want, cls
+        assert [p.kind for p in params] == kinds, cls
+    for kind in ss.index_kinds():  # no kind overrides the contract's search
+        assert ss.index.index_class(kind).search is ss.Index.search, kind
+
+
+def test_where_and_a_passed_deadline(clients):
+    """A bare index keeps no attributes: where is refused, typed; a deadline already passed
+    is DeadlineExceededError in process, embedded and over gRPC (before any call is sent)."""
+    import time
+
+    idx = ss.FlatIndex(DIM)
+    idx.add(np.ones((2, DIM), np.float32))
+    with pytest.raises(ss.errors.UnsupportedOperationError, match="attributes"):
+        idx.search(np.ones(DIM), 1, where={"colour": "red"})
+    past = time.monotonic() - 1
+    with pytest.raises(ss.errors.DeadlineExceededError):
+        idx.search(np.ones(DIM), 1, deadline=past)
+    assert idx.search(np.ones(DIM), 1, deadline=time.monotonic() + 60).ids[0, 0] == 0
+    with pytest.raises(ss.errors.InvalidParameterError, match="deadline"):
+        idx.search(np.ones(DIM), 1, deadline="soon")
+    for where, c in clients.items():
+        col = c.create_collection(f"d{next(_names)}", DIM, "l2", "flat")
+        col.add(np.ones((2, DIM), np.float32))
+        with pytest.raises(ss.errors.DeadlineExceededError):
+            col.search(np.ones(DIM), 1, deadline=past)
+        assert col.search(np.ones(DIM), 1, deadline=time.monotonic() + 60).ids[0, 0] == 0, where
+
+
 def test_bad_input_is_refused_alike_everywhere(clients):
     for where, c in clients.items():
         col = c.create_collection(f"c{next(_names)}", DIM, "l2", "flat")

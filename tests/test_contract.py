@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 import simsearch as ss
-from contract import CASES, Case
+from contract import CASES, Case, dim_of
 from simsearch import errors
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
+from simsearch.index import higher_is_better
+from string_fixture import strings
 
 DIM = 24
 N = 3000
@@ -19,17 +21,24 @@ K = 10
 
 
 @pytest.fixture(scope="module")
-def data():
-    base, queries = synthetic_longtail(n=N, dim=DIM, n_queries=50, n_clusters=30, seed=7)
-    return base, queries
+def vectors():
+    return synthetic_longtail(n=N, dim=DIM, n_queries=50, n_clusters=30, seed=7)
 
 
-def params():
-    return [pytest.param(c, m, id=f"{c.id}-{m}") for c in CASES for m in c.metrics]
+@pytest.fixture
+def data(request, vectors):
+    """(base, queries) of the case's items: vectors, or strings (object arrays of str)."""
+    case = request.node.callspec.params["case"]
+    return strings(N, 50) if case.items == "strings" else vectors
+
+
+def params(items: str | None = None):
+    return [pytest.param(c, m, id=f"{c.id}-{m}") for c in CASES for m in c.metrics
+            if items is None or c.items == items]
 
 
 def built(case: Case, metric: str, base: np.ndarray) -> ss.Index:
-    idx = case.make(DIM, metric, base)
+    idx = case.make(dim_of(case, DIM), metric, base)
     idx.add(base)
     return idx
 
@@ -46,32 +55,42 @@ def assert_unchanged(before, after):
 
 
 @pytest.fixture(scope="module")
-def oracle(data):
-    base, queries = data
+def oracles(vectors):
+    """The exact top 100 per metric: FlatIndex, and brute-force edit distances."""
+    from simsearch.strings import brute_force_search
+
+    base, queries = vectors
     out = {}
     for m in ("ip", "cosine", "l2"):
         f = ss.FlatIndex(DIM, m)
         f.add(base)
         out[m] = f.search(queries, 100)
+    sb, sq = strings(N, 50)
+    ids, dists = brute_force_search(sq.tolist(), sb.tolist(), 100)
+    out["edit"] = ss.SearchResult(ids, dists.astype(np.float32))
     return out
 
 
 @pytest.mark.parametrize("case,metric", params())
-def test_recall_and_ordering(case, metric, data, oracle):
+def test_recall_and_ordering(case, metric, data, oracles):
     base, queries = data
     idx = built(case, metric, base)
-    assert len(idx) == N and idx.dim == DIM and idx.metric == metric
+    assert len(idx) == N and idx.dim == dim_of(case, DIM) and idx.metric == metric
     r = idx.search(queries, K, **case.search_kw)
     assert r.ids.shape == (len(queries), K) and r.ids.dtype == np.int64
     assert r.scores.shape == (len(queries), K) and r.scores.dtype == np.float32
-    o = oracle[metric]
+    o = oracles[metric]
     rec = recall_at_k(
         r.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base, metric=metric
     )
     assert rec >= case.min_recall, f"recall@{K}={rec:.3f} < {case.min_recall}"
     # best first
     d = np.diff(r.scores, axis=1)
-    assert (d <= 1e-4 if metric != "l2" else d >= -1e-4).all()
+    assert (d <= 1e-4 if higher_is_better(metric) else d >= -1e-4).all()
+    if metric == "edit":  # the scores are the exact distances of the ids returned
+        from simsearch.eval import true_scores
+
+        np.testing.assert_array_equal(r.scores, true_scores(queries, base, r.ids, metric))
     if case.exact:
         np.testing.assert_allclose(r.scores, o.scores[:, :K], rtol=1e-4, atol=1e-4)
 
@@ -90,10 +109,11 @@ def test_single_query_and_batch_agree(case, metric, data):
 @pytest.mark.parametrize("case,metric", params())
 def test_padding_and_empty(case, metric, data):
     base, queries = data
-    idx = case.make(DIM, metric, base)
+    idx = case.make(dim_of(case, DIM), metric, base)
     r = idx.search(queries[:3], K, **case.search_kw)  # empty index: padding, no error
     assert (r.ids == -1).all()
-    assert np.isneginf(r.scores).all() if metric != "l2" else np.isposinf(r.scores).all()
+    assert np.isneginf(r.scores).all() if higher_is_better(metric) else \
+        np.isposinf(r.scores).all()
     idx.add(base[:4], ids=[10, 11, 12, 13])
     r = idx.search(queries[:3], K, **case.search_kw)
     assert sorted(r.ids[0, :4].tolist()) == [10, 11, 12, 13]
@@ -103,12 +123,27 @@ def test_padding_and_empty(case, metric, data):
 @pytest.mark.parametrize("case,metric", params())
 def test_ids_continue(case, metric, data):
     base, _ = data
-    idx = case.make(DIM, metric, base)
+    idx = case.make(dim_of(case, DIM), metric, base)
     assert idx.add(base[:3]).tolist() == [0, 1, 2]
     assert idx.add(base[3:5], ids=[100, 7]).tolist() == [100, 7]
     assert idx.add(base[5:6]).tolist() == [101]
 
 
+_BAD_IDS = {
+    "dup_ids_in_batch": lambda b: (b[:3], [1000, 1001, 1000]),
+    "existing_id": lambda b: (b[:2], [1000, 5]),
+    "negative_id": lambda b: (b[:2], [1000, -1]),
+    "ids_len": lambda b: (b[:3], [1000, 1001]),
+    "float_ids": lambda b: (b[:2], [1000.5, 1001.0]),
+}
+BAD_STRINGS = {
+    **_BAD_IDS,
+    "numbers": lambda b: ([1, 2], None),
+    "bytes": lambda b: ([b"acgt"], None),
+    "none": lambda b: (["acg", None], None),
+    "unknown_character": lambda b: (["acgt", "acgx!"], None),
+    "vectors": lambda b: (np.ones((2, 4), np.float32), None),
+}
 BAD_INPUTS = {
     "wrong_dim": lambda b: (b[:5, :-1], None),
     "nan": lambda b: (np.where(np.arange(5)[:, None] == 3, np.nan, b[:5]), None),
@@ -123,13 +158,19 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("bad", sorted(BAD_INPUTS))
-@pytest.mark.parametrize("case,metric", params())
+def _bad_of(case: Case) -> dict:
+    return BAD_STRINGS if case.items == "strings" else BAD_INPUTS
+
+
+@pytest.mark.parametrize("case,metric,bad", [
+    pytest.param(*p.values, bad, id=f"{p.id}-{bad}")
+    for p in params() for bad in sorted(_bad_of(p.values[0]))])
 def test_bad_add_is_typed_and_changes_nothing(case, metric, bad, data):
+    table = _bad_of(case)
     base, queries = data
     idx = built(case, metric, base[:500])
     before = snapshot(idx, queries[:5], case)
-    x, ids = BAD_INPUTS[bad](base)
+    x, ids = table[bad](base)
     with pytest.raises(errors.SimsearchError) as ei:
         idx.add(x, ids=ids)
     assert isinstance(ei.value, ValueError | TypeError)
@@ -137,7 +178,7 @@ def test_bad_add_is_typed_and_changes_nothing(case, metric, bad, data):
     assert_unchanged(before, snapshot(idx, queries[:5], case))
 
 
-@pytest.mark.parametrize("case,metric", params())
+@pytest.mark.parametrize("case,metric", params("vectors"))
 def test_zero_vector_under_cosine(case, metric, data):
     base, queries = data
     idx = built(case, metric, base[:500])
@@ -162,12 +203,16 @@ def test_bad_search(case, metric, k, data):
     idx = built(case, metric, base[:200])
     with pytest.raises(errors.InvalidParameterError, match="k"):
         idx.search(queries[:2], k, **case.search_kw)
+    with pytest.raises(errors.InvalidParameterError, match="unknown search parameter"):
+        idx.search(queries[:2], K, no_such_param=3)
+    if case.items == "strings":
+        with pytest.raises(errors.InvalidVectorError, match="str"):
+            idx.search([b"acg", 3], K, **case.search_kw)
+        return
     with pytest.raises(errors.DimensionMismatchError):
         idx.search(queries[:2, :-1], K, **case.search_kw)
     with pytest.raises(errors.InvalidVectorError):
         idx.search(np.full(DIM, np.nan), K, **case.search_kw)
-    with pytest.raises(errors.InvalidParameterError, match="unknown search parameter"):
-        idx.search(queries[:2], K, no_such_param=3)
 
 
 @pytest.mark.parametrize("case,metric", params())
@@ -199,6 +244,13 @@ def test_get_vectors(case, metric, data):
     base, _ = data
     idx = built(case, metric, base[:1000])
     ids = np.array([999, 3, 500, 3])
+    if case.items == "strings":  # the strings come back instead
+        with pytest.raises(errors.UnsupportedOperationError, match="no vectors"):
+            idx.get_vectors(ids)
+        assert idx.get_strings(ids) == base[ids].tolist()
+        with pytest.raises(errors.UnknownIdError, match="1000000"):
+            idx.get_strings([3, 10**6])
+        return
     want = base[ids] / (np.linalg.norm(base[ids], axis=1, keepdims=True)
                         if metric == "cosine" else 1)
     got = idx.get_vectors(ids)
@@ -312,7 +364,7 @@ def test_bad_search_parameters_are_refused(case, data):
     assert not accepted, f"{case.id} silently accepted {accepted}"
 
 
-@pytest.mark.parametrize("case,metric", [p for p in params() if p.values[1] == "l2"
+@pytest.mark.parametrize("case,metric", [p for p in params() if p.values[1] in ("l2", "edit")
                                          or p.values[0].metrics == ("ip",)])
 def test_the_largest_id_saves_and_loads_and_a_larger_one_is_refused(case, metric, data,
                                                                      tmp_path):

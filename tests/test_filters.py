@@ -8,18 +8,24 @@ import numpy as np
 import pytest
 
 import simsearch as ss
-from contract import CASES, Case
+from contract import CASES, Case, dim_of, items_of
 from simsearch import errors
 from simsearch.datasets import synthetic_longtail
+from simsearch.index import higher_is_better
 
 DIM = 24
 N = 3000
 K = 10
 
 
-@pytest.fixture(scope="module")
-def data():
-    return synthetic_longtail(n=N, dim=DIM, n_queries=40, n_clusters=30, seed=11)
+@pytest.fixture
+def data(request):
+    """(base, queries) of the case's items (vectors without a case)."""
+    case = getattr(request.node, "callspec", None)
+    case = case.params.get("case") if case is not None else None
+    if case is None:
+        return synthetic_longtail(n=N, dim=DIM, n_queries=40, n_clusters=30, seed=11)
+    return items_of(case, N, 40, DIM, 11)
 
 
 def params():
@@ -32,13 +38,17 @@ _BUILT: dict = {}
 def built(case: Case, metric: str, base: np.ndarray) -> ss.Index:
     key = (case.id, metric)
     if key not in _BUILT:  # building is the slow part; the filters never change the index
-        idx = case.make(DIM, metric, base)
+        idx = case.make(dim_of(case, DIM), metric, base)
         idx.add(base)
         _BUILT[key] = idx
     return _BUILT[key]
 
 
 def exact_scores(q, x, metric):
+    if metric == "edit":  # strings
+        from simsearch.strings import edit_distance_matrix
+
+        return -edit_distance_matrix(list(q), list(x)).astype(np.float64)
     if metric == "cosine":
         q = q / np.linalg.norm(q, axis=1, keepdims=True)
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -97,7 +107,7 @@ def test_shared_allow_every_selectivity(case, metric, data):
             want = oracle(queries, base, metric, ok)
             np.testing.assert_allclose(
                 np.where(r.ids >= 0, r.scores, 0),
-                np.where(want[0] >= 0, -want[1] if metric == "l2" else want[1], 0),
+                np.where(want[0] >= 0, want[1] if higher_is_better(metric) else -want[1], 0),
                 rtol=1e-4, atol=1e-4)
 
 
@@ -157,7 +167,7 @@ def test_padding_unknown_ids_and_nothing_allowed(case, metric, data):
     r = idx.search(q, K, allow=[5, 17, 99, 10**12, 4 * N], **case.search_kw)  # 2 unknown
     assert (np.sort(r.ids[:, :3], axis=1) == [5, 17, 99]).all()
     assert (r.ids[:, 3:] == -1).all()
-    assert np.isneginf(r.scores[:, 3:]).all() if metric != "l2" else np.isposinf(
+    assert np.isneginf(r.scores[:, 3:]).all() if higher_is_better(metric) else np.isposinf(
         r.scores[:, 3:]).all()
     for allow, deny in (([], None), ([10**12], None), ([3, 4], [3, 4]), (None, np.arange(N))):
         r = idx.search(q, K, allow=allow, deny=deny, **case.search_kw)
@@ -197,7 +207,7 @@ def test_bad_filters_are_typed_and_change_nothing(case, metric, bad, data):
 @pytest.mark.parametrize("case,metric", [p for p in params() if p.values[0].supports_remove])
 def test_filters_after_remove_and_readd(case, metric, data):
     base, queries = data
-    idx = case.make(DIM, metric, base)
+    idx = case.make(dim_of(case, DIM), metric, base)
     idx.add(base[:1000])
     idx.remove(np.arange(0, 1000, 2))
     idx.add(base[:10:2], ids=np.arange(0, 10, 2))  # back again

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import simsearch as ss
+
 pytest.importorskip("torch")
 pytest.importorskip("rapidfuzz")
 
@@ -293,16 +295,16 @@ def test_tiny_model_ranks_near_before_far(encoder, clustered):
 def test_string_index_recall_against_brute_force(encoder, clustered):
     rng = np.random.default_rng(5)
     queries = [mutate(clustered[i], 1, rng) for i in rng.choice(len(clustered), 40)]
-    idx = StringIndex(encoder, "hnsw", M=8, ef_construction=64)
+    idx = StringIndex(encoder=encoder, index="hnsw", M=8, ef_construction=64)
     ids = idx.add(clustered)
     np.testing.assert_array_equal(ids, np.arange(len(clustered)))
     gt_ids, gt_d = brute_force_search(queries, clustered, 10)
     res = idx.search(queries, 10, n_candidates=50)
-    assert (res.distances >= gt_d).all()
-    hits = (res.distances <= gt_d[:, 9:10]).sum(1) / 10  # ties: anything within the k-th
+    assert (res.scores >= gt_d).all()
+    hits = (res.scores <= gt_d[:, 9:10]).sum(1) / 10  # ties: anything within the k-th
     assert hits.mean() >= 0.92  # observed 0.95
     exact = idx.search(queries, 10, n_candidates=len(clustered))
-    np.testing.assert_array_equal(exact.distances, gt_d)
+    np.testing.assert_array_equal(exact.scores, gt_d)
     # the re-ranking's cutoffs change nothing: plain distances of the same candidates
     cand = idx._vectors.search(encoder.encode(queries), 300, ef=300).ids
     res = idx.search(queries, 10, n_candidates=300)
@@ -310,12 +312,9 @@ def test_string_index_recall_against_brute_force(encoder, clustered):
         d = edit_distance_matrix(queries[r : r + 1], [clustered[i] for i in c])[0]
         order = np.lexsort((c, d))[:10]
         np.testing.assert_array_equal(res.ids[r], c[order])
-        np.testing.assert_array_equal(res.distances[r], d[order])
-    flat = StringIndex(encoder, "flat")
-    x = encoder.encode(clustered)
-    with pytest.raises(errors.InvalidParameterError):
-        flat.add(clustered, embeddings=x[1:])
-    flat.add(clustered, embeddings=x)
+        np.testing.assert_array_equal(res.scores[r], d[order])
+    flat = StringIndex(encoder=encoder, index="flat")
+    flat.add(clustered)
     np.testing.assert_array_equal(flat.search(queries, 10, n_candidates=len(clustered)).ids,
                                   gt_ids)
 
@@ -344,7 +343,7 @@ def test_save_load_identical(encoder, clustered, tmp_path):
     np.testing.assert_array_equal(back.encode(clustered), encoder.encode(clustered))
     assert back.alphabet == encoder.alphabet and back.mean_distance == encoder.mean_distance
 
-    idx = StringIndex(encoder, "hnsw", M=8)
+    idx = StringIndex(encoder=encoder, index="hnsw", M=8)
     idx.add(clustered[:300])
     idx.add(clustered[300:], ids=np.arange(1000, 1000 + len(clustered) - 300))
     idx.save(tmp_path / "idx")
@@ -352,8 +351,8 @@ def test_save_load_identical(encoder, clustered, tmp_path):
     q = clustered[::17]
     a, b = idx.search(q, 5, n_candidates=30), again.search(q, 5, n_candidates=30)
     np.testing.assert_array_equal(a.ids, b.ids)
-    np.testing.assert_array_equal(a.distances, b.distances)
-    assert len(again) == len(clustered) and again.get([1000]) == [clustered[300]]
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert len(again) == len(clustered) and again.get_strings([1000]) == [clustered[300]]
 
     raw = bytearray((tmp_path / "idx").read_bytes())
     raw[len(raw) // 2] ^= 0xFF
@@ -384,14 +383,13 @@ def test_bad_input_gives_typed_errors(encoder, clustered):
     with pytest.raises(errors.NotTrainedError):
         CNNEDEncoder(max_len=8).encode(["a"])
     with pytest.raises(errors.NotTrainedError):
-        StringIndex(CNNEDEncoder(max_len=8))
+        StringIndex(encoder=CNNEDEncoder(max_len=8))
     with pytest.raises(errors.InvalidParameterError, match="max_len"):
         CNNEDEncoder(max_len=0)
     with pytest.raises(errors.InvalidParameterError, match="3 distinct"):
         CNNEDEncoder(max_len=8).fit(["a", "a", "b"])
-    idx = StringIndex(encoder, "flat")
-    with pytest.raises(errors.InvalidParameterError, match="empty"):
-        idx.add([])
+    idx = StringIndex(encoder=encoder, index="flat")
+    assert idx.add([]).size == 0
     with pytest.raises(UnknownCharacterError):
         idx.add(["acgt", "ACGT"])
     assert len(idx) == 0  # the whole batch is checked first
@@ -457,7 +455,7 @@ def test_concurrent_sessions_leave_torch_settings_as_they_found_them():
 def test_string_search_during_removes_never_fails(encoder, clustered):
     import threading
 
-    idx = StringIndex(encoder, "flat")
+    idx = StringIndex(encoder=encoder, index="flat")
     idx.add(clustered)
     queries = clustered[:8]
     failures, stop = [], threading.Event()
@@ -481,4 +479,41 @@ def test_string_search_during_removes_never_fails(encoder, clustered):
         t.join(30)
     assert failures == []
     with pytest.raises(errors.UnknownIdError):
-        idx.get([0])
+        idx.get_strings([0])
+
+
+def test_a_string_index_file_of_the_old_form_loads(encoder, clustered, tmp_path):
+    """Files written before StringIndex was an ordinary kind (class "string-index": ids in
+    insertion order, no id set; "string-collection": an untrained node collection) load as
+    the same index: a node's string snapshots survive the upgrade. Before the converter,
+    load() raised CorruptIndexError "unknown kind 'string-index'"."""
+    from simsearch.fileformat import write_index_file
+
+    idx = StringIndex(encoder=encoder, index="flat")
+    ids = np.arange(len(clustered))[::-1] * 3  # insertion order is not id order
+    idx.add(clustered, ids)
+    enc_header, enc_arrays = encoder._state()
+    blobs = [s.encode() for s in clustered]
+    offsets = np.zeros(len(blobs) + 1, np.int64)
+    np.cumsum([len(b) for b in blobs], out=offsets[1:])
+    inner = ss.create_index("flat", encoder.dim, "l2")
+    inner.add(encoder.encode(clustered), ids)
+    arrays = {f"encoder/{k}": v for k, v in enc_arrays.items()}
+    arrays.update(ids=ids.astype(np.int64), offsets=offsets,
+                  text=np.frombuffer(b"".join(blobs), np.uint8),
+                  vectors=np.frombuffer(inner.to_bytes(), np.uint8))
+    write_index_file(tmp_path / "old.idx", {
+        "class": "string-index", "metric": "edit", "dim": encoder.dim, "count": len(ids),
+        "params": {"index": "flat"}, "meta": {"encoder": enc_header}}, arrays)
+    back = ss.load(tmp_path / "old.idx")
+    assert isinstance(back, StringIndex) and len(back) == len(clustered)
+    q = clustered[:5]
+    a, b = idx.search(q, 5), back.search(q, 5)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert back.get_strings(ids[:3]) == clustered[:3]
+    assert back.add(["acgt"]).tolist() == [int(ids.max()) + 1]
+    write_index_file(tmp_path / "untrained.idx", {"class": "string-collection", "params": {
+        "index": "hnsw", "encoder": {"max_len": 8}, "M": 8}}, {})
+    u = ss.load(tmp_path / "untrained.idx")
+    assert isinstance(u, StringIndex) and not u.is_trained and u.index_params == {"M": 8}

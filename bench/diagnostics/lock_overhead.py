@@ -1,4 +1,4 @@
-"""What the Index base's reader-writer lock costs a one-query search (issue 15), one thread.
+"""What the Index base's reader-writer lock costs a one-query search, one thread.
 
     python bench/diagnostics/lock_overhead.py                       # this checkout
     PYTHONPATH=<checkout of ab8a244>/src python bench/diagnostics/lock_overhead.py   # before

@@ -1,5 +1,5 @@
 """Add throughput of the norm-ordered indexes: small batches into a large index, as a service
-sees them (issue 25: each add used to re-sort and copy every item).
+sees them (each add used to re-sort and copy every item).
 
     flock /tmp/simsearch-bench.lock python bench/mips/add_bench.py [--n 1000000] [--batch 10]
 

@@ -1,4 +1,4 @@
-"""The "done" table of issue 14: ``auto_index`` against the peers a MIPS user would tune by hand.
+"""The table of ``auto_index`` against the peers a MIPS user would tune by hand.
 
     python bench/mips/auto_bench.py [--targets 0.9 0.95] [--longtail-n 200000]
 

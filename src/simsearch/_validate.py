@@ -3,21 +3,30 @@ wrong and what is allowed (docs/architecture.md, "Errors"), before anything chan
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
+import time
 from typing import Any
 
 import numpy as np
 
 from .errors import (
+    DeadlineExceededError,
     DimensionMismatchError,
-    DuplicateIdError,
     InvalidIdError,
     InvalidParameterError,
     InvalidVectorError,
+    RepeatedIdError,
 )
 
 METRICS = ("ip", "cosine", "l2")
+#: metrics whose scores are distances (smaller is better): squared L2, edit distance
+DISTANCE_METRICS = frozenset({"l2", "edit"})
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric not in DISTANCE_METRICS
 MAX_K = 100_000
 #: The most result entries (queries x k) one search may return: above it the search is refused
 #: before anything is allocated (a 12-byte entry: 2**25 entries are 400 MB). Set
@@ -59,6 +68,18 @@ def check_threads(n_threads: Any) -> int:
 
 def check_k(k: Any) -> int:
     return check_int("k", k, 1, MAX_K)
+
+
+def check_deadline(deadline: float | None) -> None:
+    """A call's deadline (absolute ``time.monotonic()``): DeadlineExceededError once passed."""
+    if deadline is None:
+        return
+    if not isinstance(deadline, numbers.Real) or isinstance(deadline, bool) or \
+            not math.isfinite(deadline):
+        raise InvalidParameterError(
+            f"deadline must be a time.monotonic() value (seconds) or None; got {deadline!r:.80}")
+    if time.monotonic() >= deadline:
+        raise DeadlineExceededError("the call's deadline passed before it could start")
 
 
 def check_result_size(nq: int, k: int, what: str = "k") -> None:
@@ -148,7 +169,7 @@ def check_batch_ids(ids: Any, n: int) -> np.ndarray:
         )
     uniq, counts = np.unique(ids, return_counts=True)
     if uniq.size != ids.size:
-        raise DuplicateIdError(
+        raise RepeatedIdError(
             f"ids must be unique within a batch; id {int(uniq[counts > 1][0])} repeats"
         )
     return ids

@@ -215,6 +215,14 @@ class AutoIndex(Index):
     ``memory_budget`` (bytes; candidates whose estimate exceeds it are skipped),
     ``sample_size`` (20,000 items built per candidate), ``n_eval`` (200 held-out queries),
     ``seed``, ``progress``.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.AutoIndex(16, "l2", target_recall=0.9, candidates=("flat", "hnsw"),
+    ...                    n_eval=20, progress=False)
+    >>> _ = idx.add(x)            # measures the candidates on this first batch, keeps the best
+    >>> idx.chosen in ("flat", "hnsw")
+    True
     """
 
     search_params = frozenset({"ef", "max_items", "n_probe_items", "n_probe", "rerank",

@@ -285,7 +285,7 @@ def _strings(out: Path) -> None:
     enc = CNNEDEncoder(max_len=24, embed_dim=64, seed=0).fit(
         ds.base, epochs=6, n_train=2000, n_neighbors=50, progress=False)
     _step(f"words: encoder trained in {time.perf_counter() - t:.0f} s")
-    idx = StringIndex(enc, "hnsw", M=16, ef_construction=100)
+    idx = StringIndex(encoder=enc, index="hnsw", M=16, ef_construction=100)
     idx.add(ds.base)
     gt_ids, gt_d = brute_force_search(ds.queries, ds.base, K)
     rows = []
@@ -293,15 +293,16 @@ def _strings(out: Path) -> None:
         t = time.perf_counter()
         res = idx.search(ds.queries, K, n_candidates=T)
         secs = time.perf_counter() - t
-        hits = (res.distances <= gt_d[:, K - 1 : K]).sum(1) / K
+        hits = (res.scores <= gt_d[:, K - 1 : K]).sum(1) / K
         rows.append({"candidates T": T, "recall@10 (ties count)": float(hits.mean()),
                      "queries/s": len(ds.queries) / secs})
     print(f"\n## words: CNN-ED candidates re-ranked by exact edit distance "
           f"({len(ds.base):,} words)")
     print(markdown_table(rows, ["candidates T", "recall@10 (ties count)", "queries/s"]))
     res = idx.search(ds.queries[:4], 3, n_candidates=200)
-    for q, ids, dist in zip(ds.queries[:4], res.ids, res.distances, strict=True):
-        near = ", ".join(f"{s} ({int(e)})" for s, e in zip(idx.get(ids), dist, strict=True))
+    for q, ids, dist in zip(ds.queries[:4], res.ids, res.scores, strict=True):
+        near = ", ".join(f"{s} ({int(e)})" for s, e in zip(idx.get_strings(ids), dist,
+                                                              strict=True))
         print(f"  {q!r:>16} -> {near}")
     (out / "words.md").write_text(markdown_table(
         rows, ["candidates T", "recall@10 (ties count)", "queries/s"]) + "\n")

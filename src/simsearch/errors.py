@@ -1,4 +1,23 @@
-"""Typed exceptions. Every message says what was received and what is allowed."""
+"""Typed exceptions. Every message says what was received and what is allowed, and a refused
+call changes nothing. Each class also derives from the builtin a caller would catch
+(``ValueError``, ``KeyError``, ``TimeoutError``...); over gRPC the client raises the class the
+server raised (simsearch.service.errors maps each to a status code).
+
+>>> import numpy as np, simsearch as ss
+>>> idx = ss.FlatIndex(4)
+>>> try:
+...     idx.add(np.ones((2, 3)))
+... except ss.errors.DimensionMismatchError as exc:
+...     print(exc)
+vectors must have shape (n, 4) or (4,); got shape (2, 3)
+>>> try:
+...     idx.search(np.ones(4), k=0)
+... except ValueError as exc:               # InvalidParameterError is a ValueError
+...     print(type(exc).__name__, "-", exc)
+InvalidParameterError - k must be in [1, 100000]; got k=0
+>>> len(idx)                                 # nothing changed
+0
+"""
 
 from __future__ import annotations
 
@@ -23,6 +42,10 @@ class DuplicateIdError(SimsearchError, ValueError):
     """Ids that repeat within a batch or already exist in the index."""
 
 
+class RepeatedIdError(DuplicateIdError):
+    """A batch that names one id twice."""
+
+
 class InvalidIdError(SimsearchError, ValueError):
     """Ids that are negative, of the wrong shape, or not integers."""
 
@@ -45,6 +68,10 @@ class RetrainNonEmptyError(SimsearchError, RuntimeError):
 
 class UnsupportedOperationError(SimsearchError, NotImplementedError):
     """The index kind does not support this operation (e.g. remove)."""
+
+
+class DeadlineExceededError(SimsearchError, TimeoutError):
+    """The call's deadline passed before it finished."""
 
 
 class CorruptIndexError(SimsearchError, OSError):

@@ -10,10 +10,20 @@ from pathlib import Path
 
 import numpy as np
 
+from ._validate import higher_is_better
+
 
 def true_scores(queries: np.ndarray, base: np.ndarray, ids: np.ndarray, metric: str) -> np.ndarray:
-    """Exact score of base[ids[i, j]] for query i (float32 (nq, k)); NaN where ids == -1."""
+    """Exact score of base[ids[i, j]] for query i (float32 (nq, k)); NaN where ids == -1.
+    Under "edit", queries and base are strings."""
     valid = ids >= 0
+    if metric == "edit":
+        from rapidfuzz.distance import Levenshtein
+
+        s = np.array([[Levenshtein.distance(q, base[i]) for i in row.tolist()]
+                      for q, row in zip(queries, np.where(valid, ids, 0), strict=True)],
+                     np.float64).reshape(ids.shape)
+        return np.where(valid, s, np.nan).astype(np.float32)
     rows = base[np.where(valid, ids, 0)]  # (nq, k, d)
     q = queries[:, None, :]
     if metric == "l2":
@@ -55,7 +65,7 @@ def recall_at_k(
         s = true_scores(queries, base, ids, metric)
         kth = np.asarray(gt_scores)[:, k - 1 : k].astype(np.float64)
         tol = rtol * np.maximum(np.abs(kth), 1e-6)
-        good = (s >= kth - tol) if metric != "l2" else (s <= kth + tol)
+        good = (s >= kth - tol) if higher_is_better(metric) else (s <= kth + tol)
         good &= ids >= 0
         # count each id once
         srt = np.sort(np.where(good, ids, -1), axis=1)

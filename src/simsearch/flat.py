@@ -18,6 +18,14 @@ class FlatIndex(Index):
 
     Metrics "ip" (inner product), "cosine" (vectors normalized on add) and "l2" (squared
     distance). Supports remove(). Searches may run concurrently; writes are serialized.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.FlatIndex(16, "l2")
+    >>> idx.add(x[:3]).tolist()
+    [0, 1, 2]
+    >>> idx.search(x[1], k=2).ids.tolist()   # exact: the item itself first
+    [[1, 0]]
     """
 
     def __init__(self, dim: int, metric: str = "l2"):

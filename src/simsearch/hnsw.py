@@ -75,6 +75,13 @@ class HNSWIndex(BeamFilterHooks, Index):
     cores on large batches). remove() marks items deleted (hnswlib deletion marks) and later adds
     take over their slots, so memory follows the live item count, not the number of adds ever
     made (docs/bench-service.md, "Soak"); a removed id may be added again.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.HNSWIndex(16, "l2", M=16, ef_construction=100)
+    >>> ids = idx.add(x)
+    >>> idx.search(x[:3], k=1, ef=64).ids.tolist()
+    [[0], [1], [2]]
     """
 
     search_params = frozenset({"ef", "n_threads"})

@@ -28,11 +28,13 @@ from ._validate import (  # noqa: F401  (re-exported: the contract's validation)
     as_id_array,
     as_matrix,
     check_batch_ids,
+    check_deadline,
     check_int,
     check_k,
     check_metric,
     check_result_size,
     check_threads,
+    higher_is_better,
     normalize_rows,
 )
 from .errors import (
@@ -60,7 +62,16 @@ class SearchResult:
     fraction of the data that answered (below 1.0 only from a cluster that returned a partial
     result, docs/cluster.md). ``stats``: the batch's work counters, summed over its queries, where
     the index counts them (ip-NSW+: distance computations; the LSH indexes: probed items and
-    buckets), else None."""
+    buckets), else None.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.FlatIndex(16, "l2")
+    >>> _ = idx.add(x[:2])
+    >>> ids, scores = idx.search(x[:1], k=3)   # unpacks; -1 and +inf pad past the 2 items
+    >>> ids.tolist(), bool(np.isinf(scores[0, 2]))
+    ([[0, 1, -1]], True)
+    """
 
     ids: np.ndarray
     scores: np.ndarray
@@ -73,16 +84,14 @@ class SearchResult:
 
 
 class Searchable(Protocol):
-    """What is index-like, whatever holds the data: an Index, a RemoteCollection (a node's
-    collection over gRPC), a cluster's RemotePart, a StringCollectionIndex. A PyramidIndex's
-    parts and the contract suite's cases are Searchables."""
+    """What is index-like, whatever holds the data: an Index, a collection in process, on a
+    node or on a cluster (embedded, RemoteCollection, a cluster's), a cluster's RemotePart.
+    One search signature for all of them."""
 
-    def search(self, q: Any, k: int, **params: Any) -> SearchResult: ...
+    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
+               **params: Any) -> SearchResult: ...
     def __len__(self) -> int: ...
-
-
-def higher_is_better(metric: str) -> bool:
-    return metric != "l2"
 
 
 def pad_score(metric: str) -> float:
@@ -210,6 +219,7 @@ _KIND_MODULES = {
     "ipnsw-plus": "simsearch.graph.ipnsw_plus",
     "neq": "simsearch.quant",
     "pyramid": "simsearch.pyramid",
+    "strings": "simsearch.strings.string_index",
 }
 
 
@@ -254,6 +264,17 @@ class Index:
       ``_remove(ids)``: ids known to be present.
       ``_get_state() -> (meta: dict, arrays: dict[str, ndarray])`` and
       ``_set_state(meta, arrays)`` for persistence (``__init__`` params go in ``_params``).
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> import os, tempfile
+    >>> idx = ss.create_index("hnsw", 16, "l2", M=8)   # any registered kind by name
+    >>> isinstance(idx, ss.Index), idx.add(x[:10]).tolist()[:3]
+    (True, [0, 1, 2])
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.idx")
+    >>> idx.save(path)                                  # atomic and checksummed
+    >>> len(ss.load(path))                              # the file says its kind
+    10
     """
 
     kind: ClassVar[str] = "abstract"
@@ -265,9 +286,23 @@ class Index:
     #: themselves, so it takes no lock: a Pyramid router over remote parts, whose searches must
     #: not wait behind a write's network calls (docs/cluster.md, "What is linearizable")
     lock_free_search: bool = False
+    #: True where ``search`` passes ``where`` / ``deadline`` on to ``_search`` (a cluster's
+    #: router: its remote parts answer the one and are given the other)
+    takes_where: ClassVar[bool] = False
+    takes_deadline: ClassVar[bool] = False
+    #: what an item is: "vectors" (float rows of ``dim``) or "strings" (str; ``dim`` 0)
+    items: ClassVar[str] = "vectors"
+    #: options ``train`` takes besides the sample
+    train_options: ClassVar[frozenset[str]] = frozenset()
+    #: a node logs training and replays it (quick and deterministic); False: it snapshots
+    #: the trained index at once instead
+    train_logged: ClassVar[bool] = True
 
     def __init__(self, dim: int, metric: str = "l2", **params: Any):
-        self.dim = check_int("dim", dim, 1, 1 << 16)
+        if self.items != "vectors" and dim != 0:
+            raise InvalidParameterError(f"dim must be 0 for {type(self).__name__}: its items "
+                                        f"are {self.items}, not vectors; got dim={dim!r}")
+        self.dim = check_int("dim", dim, 1 if self.items == "vectors" else 0, 1 << 16)
         self.metric = check_metric(metric, self.metrics)
         self._params = dict(params)  # build params, saved in the header and passed back on load
         self._idset = IdSet()
@@ -324,44 +359,76 @@ class Index:
                     f"{type(self).__name__} keeps no vectors to return") from None
             return np.ascontiguousarray(x, np.float32)
 
-    def train(self, x: Any) -> None:
+    def check_items(self, x: Any, what: str = "vectors") -> Any:
+        """A checked batch of items (what ``add``, ``train`` and ``search`` take), indexable by
+        an array of rows: a float32 (n, dim) matrix here."""
+        return as_matrix(x, self.dim, self.metric, what)
+
+    def item_bytes(self, x: Any) -> bytes:
+        """Checked items as bytes (a node's log); ``items_from_bytes`` reads them back."""
+        return np.ascontiguousarray(x, np.float32).tobytes()
+
+    def items_from_bytes(self, blob: bytes) -> Any:
+        return np.frombuffer(blob, np.float32).reshape(-1, self.dim)
+
+    def train(self, x: Any, **options: Any) -> None:
         """Learn what the method needs from a sample; a no-op for indexes that learn nothing.
         Re-training a trained index that holds items raises RetrainNonEmptyError and changes
-        nothing; an empty index may be re-trained."""
-        x = as_matrix(x, self.dim, self.metric, "training vectors")
+        nothing; an empty index may be re-trained. ``options``: the class's
+        ``train_options``."""
+        if options and not self.train_options.issuperset(options):
+            raise InvalidParameterError(
+                f"unknown training option(s) {sorted(set(options) - self.train_options)} for "
+                f"{type(self).__name__}; allowed: {sorted(self.train_options)}")
+        x = self.check_items(x, f"training {self.items}")
         if not self.needs_training:
             return
-        if x.shape[0] == 0:
-            raise InvalidParameterError("training vectors must hold at least one row; got 0")
+        self._check_retrain()
+        learnt = self._learn(x, **options)
         with self._lock.write():
-            if self._is_trained and len(self):
-                # new codebooks or a new partition would not match the items already encoded
-                raise RetrainNonEmptyError(
-                    f"{type(self).__name__} holds {len(self)} items and is trained; re-training "
-                    "would strand them. Remove them first, or build a new index and add them"
-                )
-            self._train(x)
+            self._check_retrain()
+            self._train(learnt)
             self._is_trained = True
 
+    def _check_retrain(self) -> None:
+        if self._is_trained and len(self):
+            # new codebooks or a new partition would not match the items already encoded
+            raise RetrainNonEmptyError(
+                f"{type(self).__name__} holds {len(self)} items and is trained; re-training "
+                "would strand them. Remove them first, or build a new index and add them")
+
+    def _learn(self, x: Any, **options: Any) -> Any:
+        """What ``train`` can do without the lock (a long fit); its result goes to ``_train``.
+        """
+        if len(x) == 0:
+            raise InvalidParameterError(f"training {self.items} must hold at least one; got 0")
+        return x
+
     def add(self, x: Any, ids: Any = None) -> np.ndarray:
-        """Add vectors x (n, dim); ids default to consecutive integers after the largest id so far.
-        Returns the int64 ids. The whole batch is checked before anything changes."""
-        x = as_matrix(x, self.dim, self.metric)
+        """Add items: vectors x (n, dim) (or strings, for a string index); ids default to
+        consecutive integers after the largest id so far. Returns the int64 ids. The whole batch
+        is checked before anything changes."""
+        x = self.check_items(x)
         with self._lock.write():
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before add()")
-            ids = new_ids(ids, x.shape[0], self._idset.next_id, self._idset.contains)
-            if x.shape[0]:
+            ids = new_ids(ids, len(x), self._idset.next_id, self._idset.contains)
+            if len(x):
                 self._add(x, ids)
                 self._idset.add(ids)
                 self._version += 1
             return ids
 
-    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
+    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
                **params: Any) -> SearchResult:
         """Top-k for each query row. q (nq, dim) or (dim,). ``allow`` / ``deny``: None, one
         array of ids for every query, or one array per query; the result holds only allowed,
-        non-denied ids (docs/filters.md). Per-call parameters: see the class."""
+        non-denied ids (docs/filters.md). ``where`` filters a collection's attributes: an index
+        keeps none, so only an index whose parts do (a cluster's) takes it. ``deadline``: an
+        absolute ``time.monotonic()`` by which the answer is due (DeadlineExceededError once it
+        has passed). Per-call parameters: see the class; one given as a list (or 1-d array)
+        holds one value per query, and the queries sharing a value are searched together."""
         k = check_k(k)
         if params and not self.search_params.issuperset(params):
             unknown = set(params) - self.search_params
@@ -369,9 +436,22 @@ class Index:
                 f"unknown search parameter(s) {sorted(unknown)} for {type(self).__name__}; "
                 f"allowed: {sorted(self.search_params)}"
             )
-        q = as_matrix(q, self.dim, self.metric, "queries")
-        check_result_size(q.shape[0], k)
-        filt = parse_filter(allow, deny, q.shape[0])
+        check_deadline(deadline)
+        if where is not None:
+            if not self.takes_where:
+                raise UnsupportedOperationError(
+                    f"{type(self).__name__} keeps no attributes for where to filter; a "
+                    "collection does (simsearch.connect(), docs/filters.md)")
+            params["where"] = where
+        if self.takes_deadline:
+            params["deadline"] = deadline
+        q = self.check_items(q, "queries")
+        check_result_size(len(q), k)
+        filt = parse_filter(allow, deny, len(q))
+        per_query = {name: v for name, v in params.items()
+                     if isinstance(v, (list, tuple, np.ndarray))}
+        if per_query:
+            return self._search_per_query(q, k, filt, params, per_query)
         locked = not self.lock_free_search
         if locked:  # not `with`: a search is hot, and this is measurably cheaper
             self._lock.acquire_read()
@@ -379,8 +459,8 @@ class Index:
             if not self._is_trained:
                 raise NotTrainedError(f"{type(self).__name__} must be trained before search()")
             n = len(self)
-            if n == 0 or q.shape[0] == 0:
-                return empty_result(q.shape[0], k, self.metric)
+            if n == 0 or len(q) == 0:
+                return empty_result(len(q), k, self.metric)
             # work is sized by what exists: k beyond the item count costs only the padding
             if filt is None:
                 return pad_result(self._search(q, min(k, n), **params), k, self.metric)
@@ -389,6 +469,34 @@ class Index:
         finally:
             if locked:
                 self._lock.release_read()
+
+    def _search_per_query(self, q: np.ndarray, k: int, filt: IdFilter | None, params: dict,
+                          per_query: dict) -> SearchResult:
+        """Search the rows sharing the same per-query parameter values together."""
+        nq = len(q)
+        for name, v in per_query.items():
+            if np.ndim(v) != 1 or len(v) != nq:
+                raise InvalidParameterError(
+                    f"{name} given per query must hold one value per query ({nq}); got "
+                    f"{np.shape(v)}")
+        params = {n: v for n, v in params.items() if n not in per_query}
+        columns = [np.asarray(v, object).tolist() for v in per_query.values()]
+        groups: dict[tuple, list[int]] = {}
+        try:
+            for i, key in enumerate(zip(*columns, strict=True)):
+                groups.setdefault(key, []).append(i)
+        except TypeError:
+            raise InvalidParameterError(
+                f"per-query values of {sorted(per_query)} must be numbers or strings") from None
+        out = empty_result(nq, k, self.metric)
+        for key, rows in groups.items():
+            r_ = np.asarray(rows)
+            filters = {} if filt is None else filt.take(r_).kwargs()
+            r = self.search(q[r_], k, **filters, **params,
+                            **dict(zip(per_query, key, strict=True)))
+            out.ids[r_], out.scores[r_] = r.ids, r.scores
+            out.coverage = min(out.coverage, r.coverage)
+        return out
 
     def remove(self, ids: Any) -> int:
         """Remove the given ids (all must be present). Returns how many were removed."""
@@ -640,8 +748,19 @@ def loads(data: bytes | bytearray | memoryview,
                     setup)
 
 
+#: file classes of kinds written in an older form, and the module that converts them
+_LEGACY_MODULES = {"string-index": "simsearch.strings.string_index",
+                   "string-collection": "simsearch.strings.string_index"}
+
+
 def _restore(header: dict, arrays: dict[str, np.ndarray], path: str,
              setup: Callable[[Index], None] | None) -> Index:
+    if header.get("class") in _LEGACY_MODULES:
+        try:
+            module = importlib.import_module(_LEGACY_MODULES[header["class"]])
+            header, arrays = module.restore_legacy(header, arrays)
+        except Exception as exc:
+            raise CorruptIndexError(f"{path} could not be restored: {exc}") from None
     try:
         cls = index_class(header["class"])
     except InvalidParameterError:

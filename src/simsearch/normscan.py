@@ -134,6 +134,13 @@ class NormScanIndex(Index):
     Search parameter: ``max_items`` (scan at most this many items, largest norms first; default
     all, and then the answer equals FlatIndex's, ties to the smaller id). ``scan_fraction(q, k)``
     tells how much of the data a search reads before it can stop.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx, ref = ss.NormScanIndex(16), ss.FlatIndex(16, "ip")   # metric "ip"
+    >>> _ = idx.add(x), ref.add(x)
+    >>> bool((idx.search(x[:5], 10).ids == ref.search(x[:5], 10).ids).all())   # exact
+    True
     """
 
     metrics = ("ip",)
@@ -295,6 +302,14 @@ class NormIVFIndex(Index):
     ``n_probe`` lists per query (default all: then the answer is exact, as FlatIndex's up to
     float rounding), ``n_threads`` (1; -1 for all cores: a batch's queries spread over numba
     threads). Within the visited lists the answer is exact; recall grows with n_probe.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.NormIVFIndex(16, n_lists=8)
+    >>> idx.train(x)
+    >>> _ = idx.add(x)
+    >>> idx.search(x[:2], k=3, n_probe=8).ids.shape   # every list probed: exact
+    (2, 3)
     """
 
     metrics = ("ip",)

@@ -36,7 +36,7 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def oracle(data):
+def oracles(data):
     base, queries = data
     out = {}
     for m in ("ip", "l2"):
@@ -64,10 +64,10 @@ PAIRS = [(c, "ip") for c in CHECKS] + [(tc.test_recall_and_ordering, "l2")]
 
 @pytest.mark.parametrize("check,metric", PAIRS,
                          ids=[f"{c.__name__.removeprefix('test_')}-{m}" for c, m in PAIRS])
-def test_contract_over_coordinator(check, metric, client, data, oracle):
+def test_contract_over_coordinator(check, metric, client, data, oracles):
     kw = {"case": case(client), "metric": metric, "data": data}
-    if "oracle" in inspect.signature(check).parameters:
-        kw["oracle"] = oracle
+    if "oracles" in inspect.signature(check).parameters:
+        kw["oracles"] = oracles
     check(**kw)
 
 

@@ -80,7 +80,7 @@ def test_a_new_leader_reads_the_log_to_its_tail_before_its_first_write(tmp_path,
         _until(lambda: docs.add(base[100:], ids=np.arange(100, 200)), 20.0)
 
         def every_item_found():
-            r = docs.search(base, 1, {})
+            r = docs.search(base, 1)
             assert (r.ids[:, 0] == np.arange(200)).all(), "a committed item is missing"
 
         _until(every_item_found, 20.0)

@@ -133,7 +133,7 @@ def test_a_router_checkpoint_larger_than_a_blob_is_stored_in_pieces(tmp_path, mo
                 assert set(checkpoints.checkpoint_blobs(meta)) <= names
             follower = coordinator("127.0.0.1:10")
             q = x[::97]
-            a, b = docs.search(q, 5, {}), follower.get("docs").search(q, 5, {})
+            a, b = docs.search(q, 5), follower.get("docs").search(q, 5)
             np.testing.assert_array_equal(a.ids, b.ids)
             np.testing.assert_array_equal(a.ids[:, 0], np.arange(0, 3000, 97))
             assert len(follower.get("docs").current()) == 3000

@@ -230,22 +230,25 @@ def test_validation():
 
 def test_store_search_with_per_query_params(data, tmp_path):
     """A shard's store answers a batch whose queries carry different beams (one RPC per part
-    from a coordinator) exactly as the per-beam searches would."""
+    from a coordinator) exactly as the per-beam searches would: ``Index.search`` takes a
+    parameter given as a list as one value per query."""
     from simsearch.service.store import Store
 
     base, queries = data
     col = Store(tmp_path).create("c", DIM, "l2", "hnsw", {"M": 8, "ef_construction": 40})
     col.add(base[:800], np.arange(800))
     efs = [10, 40, 10, 20] * (len(queries) // 4)
-    got = col.search(queries, K, {"per_query": {"ef": efs}})
+    got = col.search(queries, K, ef=efs, allow=np.arange(0, 800, 2))
     for e in (10, 20, 40):
         rows = [i for i, v in enumerate(efs) if v == e]
-        want = col.search(queries[rows], K, {"ef": e})
+        want = col.search(queries[rows], K, ef=e, allow=np.arange(0, 800, 2))
         np.testing.assert_array_equal(got.ids[rows], want.ids)
-    with pytest.raises(InvalidParameterError, match="per_query"):
-        col.search(queries, K, {"per_query": {"ef": efs[:3]}})
-    with pytest.raises(InvalidParameterError, match="both per query"):
-        col.search(queries, K, {"per_query": {"ef": efs}, "ef": 10})
+    with pytest.raises(InvalidParameterError, match="one value per query"):
+        col.search(queries, K, ef=efs[:3])
+    with pytest.raises(InvalidParameterError, match="one value per query"):
+        col.search(queries, K, ef=[[1]] * len(queries))
+    with pytest.raises(InvalidParameterError, match="numbers or strings"):
+        col.search(queries, K, ef=[{"a": 1}] * len(queries))
 
 
 

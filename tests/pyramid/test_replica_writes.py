@@ -158,7 +158,7 @@ def test_a_replica_that_missed_prepares_gets_the_ops_or_a_copy(setup, peer_snaps
     col = stores[1].get(NAME)
     assert col.fenced.applied == 38 and len(col.index) == 39 and col.fenced.term == TERM
     assert getattr(pool.client(0), "exports", 0) == int(peer_snapshotted)
-    np.testing.assert_array_equal(col.search(vec(range(1, 40)), 1, {}).ids[:, 0],
+    np.testing.assert_array_equal(col.search(vec(range(1, 40)), 1).ids[:, 0],
                                   np.arange(1, 40))
 
 

@@ -16,8 +16,10 @@ import simsearch as ss
 import test_contract as tc
 import test_filters as tf
 from conftest import unique_name
-from contract import Case
+from contract import Case, string_encoder
 from simsearch.datasets import synthetic_longtail
+from simsearch.strings import brute_force_search
+from string_fixture import strings
 
 
 def _remote_cases(client) -> list[Case]:
@@ -36,7 +38,20 @@ def _remote_cases(client) -> list[Case]:
             search_kw={"ef": 64},
             min_recall=0.95,
         ),
+        Case("remote-strings", _strings_maker(client), metrics=("edit",),
+             search_kw={"n_candidates": 300}, min_recall=0.95, items="strings"),
     ]
+
+
+def _strings_maker(client):
+    """A string collection trained with the contract suite's encoder (its file, sent)."""
+    def make(d, m, x):
+        col = client.create_collection(unique_name("ct-strings-"), 0, "edit", "strings",
+                                       index="hnsw", M=12)
+        col.train(encoder=string_encoder())
+        return col
+
+    return make
 
 
 CHECKS = [
@@ -50,8 +65,8 @@ CHECKS = [
     tc.test_remove,
 ]
 EXTRA = {  # checks with their own parametrization run over every value
-    "bad": sorted(tc.BAD_INPUTS),
-    "k": [0, -1, 1.5, "3", None, True, 10**9],
+    "bad": lambda case: sorted(tc._bad_of(case)),
+    "k": lambda case: [0, -1, 1.5, "3", None, True, 10**9],
 }
 
 
@@ -61,27 +76,37 @@ def data():  # the contract suite's fixture
 
 
 @pytest.fixture(scope="module")
-def oracle(data):
+def oracles(data):
     base, queries = data
     out = {}
     for m in ("ip", "cosine", "l2"):
         f = ss.FlatIndex(tc.DIM, m)
         f.add(base)
         out[m] = f.search(queries, 100)
+    sb, sq = strings(tc.N, 50)
+    ids, dists = brute_force_search(sq.tolist(), sb.tolist(), 100)
+    out["edit"] = ss.SearchResult(ids, dists.astype(np.float32))
     return out
 
 
-@pytest.mark.parametrize("metric", ["ip", "cosine", "l2"])
-@pytest.mark.parametrize("case_id", ["remote-flat", "remote-hnsw"])
-@pytest.mark.parametrize("check", CHECKS, ids=lambda f: f.__name__.removeprefix("test_"))
-def test_contract_over_client(check, case_id, metric, shared_client, data, oracle):
+_RUNS = [*[(c, m) for c in ("remote-flat", "remote-hnsw") for m in ("ip", "cosine", "l2")],
+         ("remote-strings", "edit")]
+
+
+@pytest.mark.parametrize("check,case_id,metric", [
+    pytest.param(check, c, m, id=f"{check.__name__.removeprefix('test_')}-{c}-{m}")
+    for check in CHECKS for c, m in _RUNS
+    # the zero vector is a vector kind's check
+    if not (check is tc.test_zero_vector_under_cosine and c == "remote-strings")])
+def test_contract_over_client(check, case_id, metric, shared_client, data, oracles):
     case = next(c for c in _remote_cases(shared_client) if c.id == case_id)
     params = inspect.signature(check).parameters
-    kw = {"case": case, "metric": metric, "data": data}
-    if "oracle" in params:
-        kw["oracle"] = oracle
+    kw = {"case": case, "metric": metric,
+          "data": strings(tc.N, 50) if case.items == "strings" else data}
+    if "oracles" in params:
+        kw["oracles"] = oracles
     extra = [p for p in EXTRA if p in params]
-    values = [{}] if not extra else [{extra[0]: v} for v in EXTRA[extra[0]]]
+    values = [{}] if not extra else [{extra[0]: v} for v in EXTRA[extra[0]](case)]
     for v in values:
         check(**kw, **v)
 

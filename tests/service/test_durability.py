@@ -185,7 +185,7 @@ def test_snapshot_crash_windows_recover(tmp_path):
     col.add(x[20:])
     store.close()
     store = Store(tmp_path)
-    r = store.get("c").search(x, 1, {})
+    r = store.get("c").search(x, 1)
     np.testing.assert_array_equal(r.ids[:, 0], np.arange(30))
     store.close()
 
@@ -220,11 +220,11 @@ def test_a_corrupt_collection_json_damages_only_its_collection(tmp_path, garbage
     (tmp_path / "collections" / "bad" / "collection.json").write_bytes(garbage)
     store = Store(tmp_path)  # the node still starts
     assert store.names() == ["bad", "good"]
-    np.testing.assert_array_equal(store.get("good").search(x, 1, {}).ids[:, 0], np.arange(5))
+    np.testing.assert_array_equal(store.get("good").search(x, 1).ids[:, 0], np.arange(5))
     with pytest.raises(DataLossError, match="unreadable collection.json"):
         store.get("bad").describe()
     with pytest.raises(DataLossError):
-        store.get("bad").search(x, 1, {})
+        store.get("bad").search(x, 1)
     store.close()
 
 

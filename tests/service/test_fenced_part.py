@@ -35,12 +35,12 @@ def held(col):
     n = len(col.index)
     if n == 0:
         return {}
-    r = col.search(np.zeros((1, DIM), np.float32), n, {})
+    r = col.search(np.zeros((1, DIM), np.float32), n)
     out = {}
     for i in r.ids[0].tolist():
         # the version is the stored vector's second coordinate: find it by exact search
         for v in range(10):
-            rr = col.search(vec([i], v), 1, {})
+            rr = col.search(vec([i], v), 1)
             if rr.ids[0, 0] == i and rr.scores[0, 0] == 0:
                 out[i] = v
     return out

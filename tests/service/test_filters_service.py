@@ -111,10 +111,10 @@ def test_store_attributes_survive_snapshot_log_and_upsert(tmp_path):
     col.remove(ids[10:20])
     q = x[:4]
     where = {"genre": "folk", "year": {"gte": 2000}}
-    before = col.search(q, 10, {"where": where})
+    before = col.search(q, 10, where=where)
     s.close()
     col = Store(tmp_path).get("c")
-    after = col.search(q, 10, {"where": where})
+    after = col.search(q, 10, where=where)
     np.testing.assert_array_equal(before.ids, after.ids)
     assert set(ids[:5]) <= set(after.ids.ravel().tolist())
     assert col.attrs.rows_of(ids[:1])["price"] == [None]  # replaced by the upsert: no price

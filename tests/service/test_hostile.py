@@ -222,7 +222,7 @@ def test_a_damaged_length_field_refuses_to_open_instead_of_truncating(tmp_path):
     wal.write_bytes(bytes(raw))
     col = Store(tmp_path).get("c")
     with pytest.raises(DataLossError, match=rf"wal-0\.log.*offset {off}.*restore it from a backup"):
-        col.search(_vec(1), 1, {})
+        col.search(_vec(1), 1)
     assert wal.stat().st_size == size  # nothing was cut away
 
 
@@ -281,7 +281,7 @@ def test_a_write_is_not_visible_before_it_is_logged(tmp_path, monkeypatch):
         lambda: col.add(np.full((1, DIM), 100.0, np.float32), ids=[99]))))
     t.start()
     assert in_append.wait(10)
-    seen = col.search(np.ones((1, DIM), np.float32), 1, {}).ids[0, 0]
+    seen = col.search(np.ones((1, DIM), np.float32), 1).ids[0, 0]
     release.set()
     t.join(10)
     assert seen != 99
@@ -289,7 +289,7 @@ def test_a_write_is_not_visible_before_it_is_logged(tmp_path, monkeypatch):
     assert not col.index.contains([99])[0]
     monkeypatch.setattr(col._wal, "append", real)
     col.add(np.full((1, DIM), 100.0, np.float32), ids=[99])  # writes resume by themselves
-    assert col.search(np.ones((1, DIM), np.float32), 1, {}).ids[0, 0] == 99
+    assert col.search(np.ones((1, DIM), np.float32), 1).ids[0, 0] == 99
 
 
 def _raises(fn):

@@ -98,7 +98,7 @@ def bad_search(draw):
         name_ = draw(st.text(min_size=1, max_size=8).filter(lambda t: t not in known))
         req.params_json = json.dumps({name_: 1})
     elif kind == "param_type":
-        req.params_json = json.dumps({"ef": draw(st.sampled_from([1.5, "x", [1], 0, -3]))})
+        req.params_json = json.dumps({"ef": draw(st.sampled_from([1.5, "x", [[1]], 0, -3]))})
     return req, IA
 
 

@@ -159,7 +159,7 @@ def node(tmp_path_factory):
         x, attributes={"n": list(range(40)), "g": ["a", "b"] * 20})
     c.create_collection("hn", DIM, "ip", "hnsw", M=4).add(x)
     c.create_collection("part", DIM, "l2", "flat", part_replica=True)
-    c.create_collection("s", 8, "edit", "strings")
+    c.create_collection("s", 0, "edit", "strings")
     yield running, channel, c
     c.close()
     channel.close()

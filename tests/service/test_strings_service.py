@@ -37,7 +37,7 @@ def test_string_collection_fit_by_a_call_equals_in_process(server_factory, data)
     srv = server_factory()
     c = srv.client(timeout=120)
     col = c.create_collection("words", 0, "edit", "strings", index="flat", encoder=ENC)
-    assert col.holds_strings and not col.is_trained
+    assert col.items == "strings" and not col.is_trained
     with pytest.raises(NotTrainedError):
         col.add(base[:3])
     col.train(base, **FIT)
@@ -46,12 +46,12 @@ def test_string_collection_fit_by_a_call_equals_in_process(server_factory, data)
     res = col.search(queries, 5, n_candidates=64)
     # the same encoder fit in process answers the same
     enc = CNNEDEncoder(**ENC).fit(base, progress=False, **FIT)
-    ref = StringIndex(enc, "flat")
+    ref = StringIndex(encoder=enc, index="flat")
     ref.add(base)
     want = ref.search(queries, 5, n_candidates=64)
     np.testing.assert_array_equal(res.ids, want.ids)
-    np.testing.assert_array_equal(res.distances, want.distances)
-    assert res.distances.dtype == np.int32 and (res.distances[:, 0] >= 0).all()
+    np.testing.assert_array_equal(res.scores, want.scores)
+    assert res.scores.dtype == np.float32 and (res.scores[:, 0] >= 0).all()
     with pytest.raises(InvalidParameterError, match="edit"):
         c.create_collection("bad", 0, "l2", "strings")
     with pytest.raises(InvalidParameterError, match="search parameter"):
@@ -88,11 +88,11 @@ def test_string_collection_with_a_given_encoder_survives_kill_9(server_factory, 
     # every acknowledged string is found as its own nearest (distance 0)
     ids = np.array(sorted(acked))
     res = col.search([acked[i] for i in ids.tolist()], 1, n_candidates=len(acked))
-    assert (res.distances[:, 0] == 0).all()
-    ref = StringIndex(enc, "hnsw", M=8)
+    assert (res.scores[:, 0] == 0).all()
+    ref = StringIndex(encoder=enc, index="hnsw", M=8)
     ref.add([acked[i] for i in ids.tolist()], ids=ids)
     got, want = col.search(queries, 3, n_candidates=400), ref.search(queries, 3, n_candidates=400)
-    np.testing.assert_array_equal(got.distances, want.distances)
+    np.testing.assert_array_equal(got.scores, want.scores)
 
 
 def test_string_filters_and_attributes_reach_the_collection_over_grpc_and_embedded(
@@ -105,7 +105,7 @@ def test_string_filters_and_attributes_reach_the_collection_over_grpc_and_embedd
 
     base, queries = data
     enc = CNNEDEncoder(**ENC).fit(base, progress=False, **FIT)
-    ref = StringIndex(enc, "flat")
+    ref = StringIndex(encoder=enc, index="flat")
     ref.add(base)
     group = [["x", "y", "z"][i % 3] for i in range(len(base))]
     allow = np.arange(0, len(base), 2)
@@ -125,6 +125,6 @@ def test_string_filters_and_attributes_reach_the_collection_over_grpc_and_embedd
                col.search(queries, 5, where={"group": "y"}, n_candidates=64)]
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g.ids, w.ids)
-            np.testing.assert_array_equal(g.distances, w.distances)
+            np.testing.assert_array_equal(g.scores, w.scores)
         assert col.get([1, 2])["attributes"]["group"] == ["y", "z"]
         c.close()

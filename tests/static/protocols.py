@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from simsearch.index import Index, Searchable
 from simsearch.pyramid.collection import ClusterCollection
+from simsearch.pyramid.collection import ClusterCollection as _Cluster
 from simsearch.pyramid.coordinator import Coordinator
 from simsearch.pyramid.parts import RemotePart
 from simsearch.service.client import RemoteCollection
 from simsearch.service.collection import Collection
+from simsearch.service.embedded import EmbeddedCollection
 from simsearch.service.partreplica import PartReplica
 from simsearch.service.protocols import BlobStore, CollectionStore, ServedCollection
 from simsearch.service.protocols import PartReplica as PartReplicaProtocol
 from simsearch.service.store import Store
-from simsearch.strings.collection import StringCollectionIndex
 
 
 def node(store: Store, collection: Collection, replica: PartReplica) -> None:
@@ -32,6 +33,7 @@ def coordinator(coord: Coordinator, collection: ClusterCollection) -> None:
 
 
 def searchables(index: Index, remote: RemoteCollection, part: RemotePart,
-                strings: StringCollectionIndex) -> None:
-    found: list[Searchable] = [index, remote, part, strings]
-    del found
+                node: Collection, cluster: _Cluster, embedded: EmbeddedCollection) -> None:
+    found: list[Searchable] = [index, remote, part, embedded]
+    served: list[ServedCollection] = [node, cluster]
+    del found, served

@@ -148,6 +148,14 @@ class IPNSWPlus(BeamFilterHooks, Index):
 
     Searches may run concurrently; writes (add, remove, save) are serialized. remove() marks
     items deleted: they still route searches but are never returned.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.create_index("ipnsw-plus", 16, "ip", M=8, progress=False)
+    >>> _ = idx.add(x)
+    >>> r = idx.search(x[:2], k=5, ef=64)
+    >>> r.ids.shape, r.stats["distances"] > 0         # distance computations, counted
+    ((2, 5), True)
     """
 
     metrics = ("ip",)

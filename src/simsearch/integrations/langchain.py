@@ -43,6 +43,8 @@ from ._items import (
     owned,
 )
 
+__all__ = ["SimsearchVectorStore"]
+
 
 class SimsearchVectorStore(HoldsCollection, VectorStore):
     """A LangChain vector store kept in one simsearch collection (module docstring).
@@ -52,6 +54,15 @@ class SimsearchVectorStore(HoldsCollection, VectorStore):
     collection_name: the collection (created on the first add with the embedding's dimension,
     ``metric``, ``kind`` and ``index_params``, unless it exists: a cluster's, trained, is used
     as it is). search_params: passed to every search (e.g. ``{"ef": 128}``).
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from simsearch.integrations.langchain import SimsearchVectorStore
+    >>> store = SimsearchVectorStore(embedding=DeterministicFakeEmbedding(size=16))
+    >>> ids = store.add_texts(["cats purr", "dogs bark"], metadatas=[{"n": 1}, {"n": 2}])
+    >>> [d.page_content for d in store.similarity_search("dogs bark", k=1)]
+    ['dogs bark']
+    >>> [d.metadata for d in store.similarity_search("cats purr", k=2, filter={"n": 1})]
+    [{'n': 1}]
     """
 
     def __init__(self, embedding: Embeddings, *, client: Any = None,

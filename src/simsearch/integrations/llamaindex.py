@@ -47,6 +47,8 @@ from ._items import (
     owned,
 )
 
+__all__ = ["SimsearchVectorStore", "where_of"]
+
 #: the attribute holding each node's ref_doc_id (``delete(ref_doc_id)`` selects on it)
 REF_DOC = "ref_doc_id"
 
@@ -88,6 +90,16 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
     in-memory collection. collection_name: the collection (created on the first add with the
     embeddings' dimension, ``metric``, ``kind`` and ``index_params``, unless it exists: a
     cluster's, trained, is used as it is). search_params: passed to every search.
+
+    >>> from llama_index.core.schema import TextNode
+    >>> from llama_index.core.vector_stores import VectorStoreQuery
+    >>> from simsearch.integrations.llamaindex import SimsearchVectorStore
+    >>> store = SimsearchVectorStore()                     # embedded, in memory
+    >>> store.add([TextNode(id_="a", text="one", embedding=[1.0, 0.0]),
+    ...            TextNode(id_="b", text="two", embedding=[0.0, 1.0])])
+    ['a', 'b']
+    >>> store.query(VectorStoreQuery(query_embedding=[0.1, 0.9], similarity_top_k=1)).ids
+    ['b']
     """
 
     stores_text: bool = True

@@ -319,6 +319,14 @@ class NormRangingLSH(_RangedLSH):
     (O(n log n)); remove keeps U_j (still an upper bound). Searches may run concurrently with
     each other and with writes (they see the index before or after a write); writes are
     serialized.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.create_index("nr-lsh", 16, "ip", n_bits=16, n_ranges=4)
+    >>> _ = idx.add(x)
+    >>> r = idx.search(x[:2], k=5, n_probe_items=200)   # candidates probed, then exact scores
+    >>> r.ids.shape, sorted(r.stats)
+    ((2, 5), ['probed_buckets', 'probed_items'])
     """
 
     def __init__(self, dim: int, metric: str = "ip", n_bits: int = 32, n_ranges: int = 32,
@@ -337,6 +345,13 @@ class SimpleLSH(_RangedLSH):
     ``n_bits`` sign random projections (the paper's L); buckets are probed by increasing Hamming
     distance. Same search parameters and update rules as :class:`NormRangingLSH` with one range
     (an added item above U raises U and rehashes every item; ``ranking`` has no effect).
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> idx = ss.create_index("simple-lsh", 16, "ip", n_bits=16)
+    >>> _ = idx.add(x)
+    >>> idx.search(x[:2], k=5, n_probe_items=200).ids.shape
+    (2, 5)
     """
 
     def __init__(self, dim: int, metric: str = "ip", n_bits: int = 32, seed: int = 0):

@@ -30,7 +30,7 @@ from .checkpoints import (
 )
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare
-from .fanout import DEADLINE, get_items
+from .fanout import get_items
 from .parts import RouterBehindError, load_router
 from .replication import PartSequences, replicate, sequence_record
 from .routerlog import log_key
@@ -341,17 +341,16 @@ class ClusterCollection:
         return get_items(self.current(), None if ids is None else as_id_array(ids), vectors,
                          where, max_items)
 
-    def search(self, q: Any, k: int, params: dict, deadline: float | None = None
-               ) -> SearchResult:
-        """``where`` goes to every asked part, which answers it from its attributes."""
+    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
+               **params: Any) -> SearchResult:
+        """``Index.search``; ``where`` goes to every asked part, which answers it from its
+        attributes."""
         self.coord.require_etcd()
-        token = DEADLINE.set(deadline)
-        try:
-            out = self.current().search(q, k, **params)
-            self.coord.queries += len(out.ids)
-            return out
-        finally:
-            DEADLINE.reset(token)
+        out = self.current().search(q, k, allow=allow, deny=deny, where=where,
+                                    deadline=deadline, **params)
+        self.coord.queries += len(out.ids)
+        return out
 
     def _route(self, write, remote, idempotent: bool, deadline: float | None,
                attributes: dict | None = None):

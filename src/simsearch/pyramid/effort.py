@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 
@@ -23,12 +21,12 @@ def effort_levels(shares: np.ndarray, hit: np.ndarray, max_level: int = 3) -> np
 
 
 def part_jobs(shares: np.ndarray, hit: np.ndarray, k: int, ef: int | None, part_effort: str,
-              min_ef: int | None, per_query: bool) -> list[tuple[int, np.ndarray, np.ndarray]]:
+              min_ef: int | None) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """The part calls of a batch, ``(part, query rows, beam per row)``: with ``part_effort``
     "share" and an ``ef``, a part's beam shrinks with its share of the query's routed centres
     (``effort_levels``, at least ``min_ef``, default k); else every asked part gets ``ef``
-    (None: the sub-index's own). One call per part when the parts take per-query parameters
-    (``per_query``: remote parts, one RPC each), else one per (part, beam)."""
+    (None: the sub-index's own). One call per part: a part's index takes the beams per query
+    (``Index.search``)."""
     if part_effort == "share" and ef is not None:
         levels = effort_levels(shares, hit)
         floor = k if min_ef is None else min_ef
@@ -43,25 +41,15 @@ def part_jobs(shares: np.ndarray, hit: np.ndarray, k: int, ef: int | None, part_
         rows = np.flatnonzero(col >= 0)
         if not rows.size:
             continue
-        lev = col[rows]
-        if per_query or lev.min() == lev.max():
-            jobs.append((p, rows, ef_table[lev]))
-            continue
-        by_ef: dict[Any, list[np.ndarray]] = {}
-        for j in np.unique(lev).tolist():
-            by_ef.setdefault(ef_of[j], []).append(rows[lev == j])
-        for e, rs in by_ef.items():
-            r_ = np.sort(np.concatenate(rs))
-            jobs.append((p, r_, np.full(r_.size, e, dtype=object)))
+        jobs.append((p, rows, ef_table[col[rows]]))
     return jobs
 
 
 def params_of(efs: np.ndarray, sub_params: dict) -> dict:
-    """A part call's search parameters for its rows' beams (``per_query`` when they differ)."""
+    """A part call's search parameters for its rows' beams (a list, one per row, when they
+    differ: ``Index.search`` takes per-query values)."""
     if efs[0] is None:
         return sub_params
     if (efs == efs[0]).all():
         return {**sub_params, "ef": int(efs[0])}
-    out = {**sub_params, "per_query": {"ef": [int(e) for e in efs]}}
-    out.pop("ef", None)
-    return out
+    return {**sub_params, "ef": [int(e) for e in efs]}

@@ -5,7 +5,6 @@ fail-over when a replica fails, and the caller's deadline.
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -18,8 +17,6 @@ from ..index import SearchResult
 if TYPE_CHECKING:
     from .parts import RemotePart
 
-#: the calling request's absolute deadline (time.monotonic()), read by remote parts
-DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
 #: a part call's deadline leaves the coordinator this share of the time left (at most
 #: DEADLINE_MARGIN_MAX seconds) to merge the parts and answer
 DEADLINE_MARGIN_SHARE = 0.1
@@ -28,11 +25,11 @@ DEADLINE_MARGIN_MAX = 0.2
 _TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
 
 
-def search_parts(calls: list, k: int) -> list:
-    """Search ``[(part, queries, params)]`` at once: start every part's call, then wait for all
-    of them in this thread (no thread hop per part). Per call: its SearchResult, or the
-    PartUnavailableError of a part that could not answer. ``params`` may carry ``per_query``
-    values (the shard's store splits the batch by them)."""
+def search_parts(calls: list, k: int, deadline: float | None = None) -> list:
+    """Search ``[(part, queries, params)]`` at once, by ``deadline`` (time.monotonic()): start
+    every part's call, then wait for all of them in this thread (no thread hop per part). Per
+    call: its SearchResult, or the PartUnavailableError of a part that could not answer.
+    ``params`` may hold per-query values (``Index.search``)."""
     from .index import PartUnavailableError
 
     done = threading.Event()
@@ -40,7 +37,7 @@ def search_parts(calls: list, k: int) -> list:
     pending = []
     for i, (part, qs, params) in enumerate(calls):
         try:
-            pending.append((i, part.begin(qs, k, params, done)))
+            pending.append((i, part.begin(qs, k, params, done, deadline)))
         except PartUnavailableError as exc:
             results[i] = exc
     while pending:
@@ -67,7 +64,7 @@ class _PartCall:
     shard fails or is declared down."""
 
     def __init__(self, part: RemotePart, q: np.ndarray, k: int, params: dict,
-                 done: threading.Event):
+                 done: threading.Event, deadline: float | None = None):
         from ..service import convert
         from .index import PartUnavailableError
 
@@ -81,7 +78,6 @@ class _PartCall:
         now = time.monotonic()  # replicas that just lost a hedge race go last for a while
         cands.sort(key=lambda s: pool.slow_until.get(s, 0.0) > now)
         self.cands = cands
-        deadline = DEADLINE.get()
         if deadline is not None:  # leave the coordinator time to merge and answer
             deadline -= min(DEADLINE_MARGIN_MAX,
                             DEADLINE_MARGIN_SHARE * max(0.0, deadline - time.monotonic()))

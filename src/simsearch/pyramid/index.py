@@ -18,7 +18,6 @@ from .._kernels import merge_topk
 from ..errors import (
     InvalidParameterError,
     NotTrainedError,
-    SimsearchError,
     UnsupportedOperationError,
 )
 from ..filters import IdFilter
@@ -34,6 +33,7 @@ from ..index import (
     loads,
     register,
 )
+from ..service.errors import ServiceUnavailableError, register_error
 from .effort import params_of, part_jobs
 from .partition import fit_partition
 from .router import Decision, Draft, Router
@@ -46,10 +46,10 @@ _FORBIDDEN_SUB = {"pyramid"}
 _LEGACY_ANNEX = ("part_seq", "part_history")
 
 
-class PartUnavailableError(SimsearchError, RuntimeError):
-    """No replica of a part answered (in time)."""
-
-    grpc_code = "UNAVAILABLE"  # how a coordinator reports it (simsearch.service.errors)
+@register_error()
+class PartUnavailableError(ServiceUnavailableError):
+    """No replica of a part answered (in time): transient, retry (a client catching
+    ServiceUnavailableError catches it)."""
 
 #: Makes the parts of a PyramidIndex: called with (index, n_parts), returns ``(parts,
 #: search_many)``: objects searched like an Index (``search``, ``len``), and the function that
@@ -102,11 +102,25 @@ class PyramidIndex(Index):
     Items go to the part of their nearest centre (for "ip"/"cosine": nearest in direction).
     A MIPS copy is kept while the item stays in its centre's top-r; removing an item does not
     refill the lists. Searches may run concurrently; writes are serialized.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> from simsearch.pyramid import PyramidIndex
+    >>> idx = PyramidIndex(16, "l2", n_centers=16, n_partitions=2, sub_index="flat")
+    >>> idx.train(x)            # k-means centres, the meta-HNSW, the partition
+    >>> _ = idx.add(x)
+    >>> exact = ss.FlatIndex(16, "l2"); _ = exact.add(x)
+    >>> r = idx.search(x[:5], k=10, branching=16)   # every centre routed: exact here
+    >>> bool((r.ids == exact.search(x[:5], 10).ids).all())
+    True
     """
 
     needs_training = True
     search_params = frozenset({"branching", "meta_ef", "require_complete", "part_effort",
                                "min_ef"})
+    # "where" goes to the parts: remote ones answer it from their attributes (docs/filters.md)
+    takes_where = True
+    takes_deadline = True
 
     def __init__(
         self,
@@ -148,8 +162,7 @@ class PyramidIndex(Index):
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
         self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
-        # "where" goes to remote parts, which hold the attributes (docs/filters.md)
-        self.search_params = PyramidIndex.search_params | sub_cls.search_params | {"where"}
+        self.search_params = PyramidIndex.search_params | sub_cls.search_params
         self._sub_search = frozenset(sub_cls.search_params)
         self.spherical = metric in ("ip", "cosine")
         #: the model and the placement (router.py); None until trained. Replaced whole by
@@ -330,7 +343,8 @@ class PyramidIndex(Index):
     def _search(
         self, q: np.ndarray, k: int, branching: int = 10, meta_ef: int | None = None,
         require_complete: bool = True, part_effort: str = "uniform", min_ef: int | None = None,
-        filt: IdFilter | None = None, **sub_params: Any,
+        filt: IdFilter | None = None, where: dict | None = None,
+        deadline: float | None = None, **sub_params: Any,
     ) -> SearchResult:
         branching = check_int("branching", branching, 1, 1 << 22)
         if not isinstance(require_complete, bool):
@@ -358,7 +372,9 @@ class PyramidIndex(Index):
         if ef is not None:  # checked here: the parts' calls convert it
             ef = sub_params["ef"] = check_int("ef", ef, 1, 1 << 20)
         jobs = part_jobs(shares, hit, k, ef if "ef" in self._sub_search else None, part_effort,
-                         min_ef, per_query=self._search_many is not None)
+                         min_ef)
+        if where is not None:
+            sub_params["where"] = where
         pad = -np.inf if higher_is_better(self.metric) else np.inf
         nq, P = q.shape[0], self.n_parts
         cand_ids = np.full((nq, P * k), -1, np.int64)
@@ -378,9 +394,10 @@ class PyramidIndex(Index):
         calls = [(self.parts[p], q[rows], {**params_of(efs, sub_params), **filter_of(p, rows)})
                  for p, rows, efs in jobs]
         if self._search_many is not None:  # remote parts: one fan-out, hedged, with deadlines
-            results = self._search_many(calls, k)
+            results = self._search_many(calls, k, deadline)
         else:  # local sub-indexes, one after the other (each may use threads itself)
-            results = [part.search(qs, k, **params) for part, qs, params in calls]
+            results = [part.search(qs, k, deadline=deadline, **params)
+                       for part, qs, params in calls]
         missed = 0
         for (p, rows, _e), r in zip(jobs, results, strict=True):
             if isinstance(r, Exception):

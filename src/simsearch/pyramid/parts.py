@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import SimsearchError
-from ..index import SearchResult
+from ..index import SearchResult, check_deadline
 from .checkpoints import copy_model
 from .fanout import _PartCall
 
@@ -155,9 +155,15 @@ class RemotePart:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
+    def search(self, q: np.ndarray, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
+               **params: Any) -> SearchResult:
+        """``Index.search`` on a replica (hedged, failed over; ``_PartCall``)."""
+        check_deadline(deadline)
+        params.update({n: v for n, v in (("allow", allow), ("deny", deny), ("where", where))
+                       if v is not None})
         done = threading.Event()
-        call = self.begin(q, k, params, done)
+        call = self.begin(q, k, params, done, deadline)
         while True:
             done.clear()
             out = call.poll()
@@ -179,10 +185,11 @@ class RemotePart:
                 last = exc
         raise PartUnavailableError(f"no in-sync replica of {self.name} answered: {last}")
 
-    def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event) -> _PartCall:
+    def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event,
+              deadline: float | None = None) -> _PartCall:
         """Start a search on a replica; ``done`` is set whenever a replica answers (several
         parts' calls may share it, so one thread waits for all of them)."""
-        return _PartCall(self, q, k, params, done)
+        return _PartCall(self, q, k, params, done, deadline)
 
     # -- recovery ---------------------------------------------------------------------------
 

@@ -168,6 +168,17 @@ class NEQIndex(Index):
     exhaustive), ``list_ranking`` ("norm", default: by the list's largest norm times q·c;
     "centroid": by q·c alone).
     Supports remove(). Searches may run concurrently; writes are serialized.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> from simsearch.quant import NEQIndex
+    >>> idx = NEQIndex(16, base="pq", n_codebooks=4, nbits=4, keep_vectors=True, progress=False)
+    >>> idx.train(x)
+    >>> _ = idx.add(x)
+    >>> exact = ss.FlatIndex(16, "ip"); _ = exact.add(x)
+    >>> r = idx.search(x[:5], k=10, rerank=200)        # the scan's best 200, re-scored exactly
+    >>> bool((r.ids[:, 0] == exact.search(x[:5], 10).ids[:, 0]).all())
+    True
     """
 
     metrics = ("ip",)

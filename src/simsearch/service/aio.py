@@ -13,12 +13,14 @@ same retries.
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..index import SearchResult
+from ..index import SearchResult, check_deadline
 from . import client as sync
 from .requests import ClientRequests, CollectionRequests, arun, describe_info
 
@@ -34,7 +36,24 @@ def connect(address: str | Sequence[str], token: str | None = None, tls_ca: Any 
 
 
 class AsyncClient(ClientRequests):
-    """A connection to a node over grpc.aio; share one per event loop."""
+    """A connection to a node over grpc.aio; share one per event loop.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> import asyncio, tempfile
+    >>> import simsearch.aio
+    >>> from simsearch.service.server import create_server
+    >>> server = create_server(tempfile.mkdtemp(), port=0)
+    >>> async def main():
+    ...     async with simsearch.aio.connect(f"127.0.0.1:{server.port}") as client:
+    ...         col = await client.create_collection("docs", 16, "l2", "flat")
+    ...         await col.add(x[:20])
+    ...         found = await asyncio.gather(*(col.search(x[i], k=1) for i in range(3)))
+    ...         return [r.ids[0, 0].item() for r in found]
+    >>> asyncio.run(main())
+    [0, 1, 2]
+    >>> server.stop()
+    """
 
     def __init__(self, address, token=None, tls_ca=None, *, timeout: float = 60.0,
                  tls_server_name: str | None = None, max_message_bytes: int | None = None,
@@ -65,14 +84,17 @@ class AsyncClient(ClientRequests):
         self._max_message_bytes = max_message_bytes
         self.retry_attempts = sync.RETRY_ATTEMPTS if retries else 1
 
-    async def _call(self, method: str, request, idempotent: bool = False):
+    async def _call(self, method: str, request, idempotent: bool = False,
+                    deadline: float | None = None):
         """One call; an idempotent write is retried on UNAVAILABLE like the reads grpc
         retries (Client._call)."""
         attempts = self.retry_attempts if idempotent else 1
         for attempt in range(attempts):
+            timeout = self.timeout if deadline is None else \
+                max(0.001, min(self.timeout, deadline - time.monotonic()))
             try:
                 return await getattr(self._stub, method)(
-                    request, timeout=self.timeout, metadata=self._metadata,
+                    request, timeout=timeout, metadata=self._metadata,
                     wait_for_ready=self._failover and (idempotent or method in sync._RETRIED))
             except self._grpc.aio.AioRpcError as err:
                 if attempt + 1 < attempts and err.code() == self._grpc.StatusCode.UNAVAILABLE:
@@ -80,8 +102,11 @@ class AsyncClient(ClientRequests):
                     continue
                 raise sync.error_from(err) from None
 
-    async def _run(self, plan):
-        return await arun(plan, self._call)
+    async def _run(self, plan, deadline: float | None = None):
+        if deadline is None:
+            return await arun(plan, self._call)
+        check_deadline(deadline)
+        return await arun(plan, functools.partial(self._call, deadline=deadline))
 
     async def close(self) -> None:
         await self._channel.close()
@@ -121,7 +146,24 @@ class AsyncClient(ClientRequests):
 
 
 class AsyncCollection(CollectionRequests):
-    """``RemoteCollection``'s surface with coroutine methods (``count()`` for ``len``)."""
+    """``RemoteCollection``'s surface with coroutine methods (``count()`` for ``len``).
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> import asyncio, tempfile
+    >>> import simsearch.aio
+    >>> from simsearch.service.server import create_server
+    >>> server = create_server(tempfile.mkdtemp(), port=0)
+    >>> async def main():
+    ...     async with simsearch.aio.connect(f"127.0.0.1:{server.port}") as client:
+    ...         col = await client.create_collection("docs", 16, "l2", "flat")
+    ...         await col.add(x[:20], attributes={"n": list(range(20))})
+    ...         got = await col.get(where={"n": {"gte": 18}})
+    ...         return got["ids"].tolist(), await col.remove([18]), await col.count()
+    >>> asyncio.run(main())
+    ([18, 19], 1, 19)
+    >>> server.stop()
+    """
 
     def __repr__(self) -> str:
         return (f"AsyncCollection({self.name!r} at {self._client.address}, kind={self.kind!r}, "
@@ -140,9 +182,11 @@ class AsyncCollection(CollectionRequests):
                   attributes: dict[str, Any] | None = None) -> np.ndarray:
         return await self._client._run(self._add_plan(x, ids, upsert, attributes))
 
-    async def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
-                     where: dict | None = None, **params: Any) -> SearchResult:
-        return await self._client._run(self._search_plan(q, k, allow, deny, where, params))
+    async def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+                     where: dict | None = None, deadline: float | None = None,
+                     **params: Any) -> SearchResult:
+        return await self._client._run(self._search_plan(q, k, allow, deny, where, params),
+                                       deadline)
 
     async def get(self, ids: Any = None, vectors: bool = False,
                   where: dict | None = None) -> dict[str, Any]:

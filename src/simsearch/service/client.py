@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import os
 import time
@@ -26,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InvalidParameterError
-from ..index import SearchResult
+from ..index import SearchResult, check_deadline
 from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
 from .requests import _REQUEST_OVERHEAD, ClientRequests, CollectionRequests, describe_info, run
+
+__all__ = ["Client", "RemoteCollection", "connect", "call_as", "call_deadline", "error_from"]
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedClient
@@ -200,7 +203,24 @@ def _raise_from(err) -> None:
 
 
 class Client(ClientRequests):
-    """A connection to one node. Thread-safe; share one per process."""
+    """A connection to one node. Thread-safe; share one per process.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> import tempfile
+    >>> from simsearch.service.server import create_server
+    >>> server = create_server(tempfile.mkdtemp(), port=0)     # a node, here in this process
+    >>> client = ss.connect(f"127.0.0.1:{server.port}")
+    >>> col = client.create_collection("docs", 16, "l2", "hnsw", M=16)
+    >>> col.add(x[:100], attributes={"even": [i % 2 == 0 for i in range(100)]}).size
+    100
+    >>> r = col.search(x[:2], k=2, where={"even": True})   # attributes filter
+    >>> r.ids[0, 0].item(), bool((r.ids % 2 == 0).all())
+    (0, True)
+    >>> client.list_collections()
+    ['docs']
+    >>> client.close(); server.stop()
+    """
 
     def __init__(
         self,
@@ -250,14 +270,16 @@ class Client(ClientRequests):
         token = _CALL_TOKEN.get()
         return self._own_metadata if token is None else (("authorization", f"Bearer {token}"),)
 
-    def _call(self, method: str, request, idempotent: bool = False):
+    def _call(self, method: str, request, idempotent: bool = False,
+              deadline: float | None = None):
         """One call. ``idempotent``: a write that may be repeated (an upsert with explicit ids,
-        a remove with missing_ok) is retried on UNAVAILABLE like the reads grpc retries."""
+        a remove with missing_ok) is retried on UNAVAILABLE like the reads grpc retries.
+        ``deadline``: the caller's (time.monotonic()), when earlier than the client's timeout."""
         attempts = self.retry_attempts if idempotent else 1
         for attempt in range(attempts):
             try:
                 return getattr(self._stub, method)(
-                    request, timeout=self._timeout(), metadata=self._metadata,
+                    request, timeout=self._timeout(deadline), metadata=self._metadata,
                     # with several addresses, wait for the channel to move to a live one
                     wait_for_ready=self._failover and (idempotent or method in _RETRIED),
                 )
@@ -267,14 +289,17 @@ class Client(ClientRequests):
                     continue
                 _raise_from(err)
 
-    def _timeout(self) -> float:
-        deadline = _CALL_DEADLINE.get()
-        if deadline is None:
+    def _timeout(self, deadline: float | None = None) -> float:
+        ends = [d for d in (deadline, _CALL_DEADLINE.get()) if d is not None]
+        if not ends:
             return self.timeout
-        return max(0.001, min(self.timeout, deadline - time.monotonic()))
+        return max(0.001, min(self.timeout, min(ends) - time.monotonic()))
 
-    def _run(self, plan):
-        return run(plan, self._call)
+    def _run(self, plan, deadline: float | None = None):
+        if deadline is None:
+            return run(plan, self._call)
+        check_deadline(deadline)
+        return run(plan, functools.partial(self._call, deadline=deadline))
 
     @property
     def max_message_bytes(self) -> int:
@@ -476,7 +501,22 @@ class Client(ClientRequests):
 
 class RemoteCollection(CollectionRequests):
     """A collection on a node, with the Index contract's surface. Searches may run
-    concurrently; the server serializes writes."""
+    concurrently; the server serializes writes.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> import tempfile
+    >>> from simsearch.service.server import create_server
+    >>> server = create_server(tempfile.mkdtemp(), port=0)
+    >>> with ss.connect(f"127.0.0.1:{server.port}") as client:
+    ...     col = client.create_collection("docs", 16, "l2", "flat")
+    ...     ids = col.add(x[:10], ids=range(100, 110))
+    ...     got = col.get([101, 5], vectors=True)        # held ids only, in the order asked
+    ...     removed = col.remove([100, 101])
+    >>> got["ids"].tolist(), got["vectors"].shape, removed
+    ([101], (1, 16), 2)
+    >>> server.stop()
+    """
 
     def __repr__(self) -> str:
         return (
@@ -495,23 +535,24 @@ class RemoteCollection(CollectionRequests):
         return bool(self._client._run(self._info_plan()).trained)
 
     def train(self, x: Any = None, encoder: Any = None, **fit_params: Any) -> None:
-        """Train on vectors x; a string collection fits its CNN-ED encoder on strings x (with
-        ``fit_params``), or takes ``encoder`` (a trained CNNEDEncoder, or its file's bytes)."""
+        """``Index.train`` on the server; a string collection fits its CNN-ED encoder on strings
+        x (with ``fit_params``), or takes ``encoder`` (a trained CNNEDEncoder, or its bytes)."""
         self._client._run(self._train_plan(x, encoder, fit_params))
 
     def add(self, x: Any, ids: Any = None, upsert: bool = False,
             attributes: dict[str, Any] | None = None) -> np.ndarray:
-        """Add (or with ``upsert`` replace) vectors, or strings in a string collection; returns
+        """Add (or with ``upsert`` replace) items (vectors, or str); returns
         their int64 ids. ``attributes``: {name: one value per item} (docs/filters.md)."""
         return self._client._run(self._add_plan(x, ids, upsert, attributes))
 
-    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
-               where: dict | None = None, **params: Any) -> SearchResult:
-        """Top-k per query row; per-call parameters as the collection's index kind takes them.
-        ``allow`` / ``deny``: id lists (one for every query, or one per query) and ``where``: a
-        filter over the attributes (docs/filters.md). A string collection takes a list of str
-        and returns a StringSearchResult (ids, edit distances)."""
-        return self._client._run(self._search_plan(q, k, allow, deny, where, params))
+    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
+               **params: Any) -> SearchResult:
+        """``Index.search`` on the server: top-k per query (vectors, or str for a string
+        collection); ``allow`` / ``deny`` id lists and ``where``, a filter over the attributes
+        (docs/filters.md); ``deadline`` (time.monotonic()) ends the call earlier than the
+        client's timeout; per-call parameters as the collection's index kind takes them."""
+        return self._client._run(self._search_plan(q, k, allow, deny, where, params), deadline)
 
     def get(self, ids: Any = None, vectors: bool = False,
             where: dict | None = None) -> dict[str, Any]:

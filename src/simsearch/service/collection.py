@@ -40,16 +40,16 @@ from ..errors import (
     DuplicateIdError,
     InvalidParameterError,
     NotTrainedError,
+    RepeatedIdError,
     RetrainNonEmptyError,
     UnknownIdError,
     UnsupportedOperationError,
 )
-from ..filters import in_sorted, parse_filter
+from ..filters import in_sorted
 from ..index import (
     Index,
     SearchResult,
     as_id_array,
-    as_matrix,
     create_index,
     load,
 )
@@ -103,41 +103,6 @@ def _timeout(deadline: float | None) -> float:
     return left
 
 
-def _search_per_query(index: Index, q: Any, k: int, params: dict) -> SearchResult:
-    """Search the rows sharing the same ``params["per_query"]`` values together."""
-    params = dict(params)
-    per = params.pop("per_query")
-    q = as_matrix(q, index.dim, what="queries")
-    if not isinstance(per, dict) or not all(
-        isinstance(v, list) and len(v) == q.shape[0] for v in per.values()
-    ):
-        raise InvalidParameterError(
-            "per_query must map parameter names to lists of one value per query "
-            f"({q.shape[0]}); got {per!r:.200}"
-        )
-    if set(per) & set(params):
-        raise InvalidParameterError(f"parameters {sorted(set(per) & set(params))} are given "
-                                    "both per query and for all queries")
-    keys = list(zip(*per.values(), strict=True)) if per else [()] * q.shape[0]
-    groups: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(tuple(map(json.dumps, key)), []).append(i)
-    filt = {name: params.pop(name) for name in ("allow", "deny") if name in params}
-    parsed = parse_filter(filt.get("allow"), filt.get("deny"), q.shape[0])
-    ids = scores = None
-    for rows in groups.values():
-        if parsed is not None:
-            params.update(parsed.take(np.asarray(rows)).kwargs())
-        r = index.search(q[rows], k, **params, **dict(zip(per, keys[rows[0]], strict=True)))
-        if ids is None:
-            ids = np.empty((q.shape[0], r.ids.shape[1]), r.ids.dtype)
-            scores = np.empty((q.shape[0], r.scores.shape[1]), r.scores.dtype)
-        ids[rows], scores[rows] = r.ids, r.scores
-    if ids is None:
-        return index.search(q, k, **params, **filt)
-    return SearchResult(ids, scores)
-
-
 def _and_allow(allow: Any, matched: np.ndarray) -> Any:
     """An allow list (None, one array, or one per query) narrowed to the ids a where matched."""
     if allow is None:
@@ -148,78 +113,15 @@ def _and_allow(allow: Any, matched: np.ndarray) -> Any:
 
 
 def _check_unique(ids: np.ndarray, what: str) -> None:
-    """A batch that repeats an id is a bad argument (INVALID_ARGUMENT), unlike an id that
-    clashes with a stored one (ALREADY_EXISTS); both are DuplicateIdError, as in process."""
+    """A batch that repeats an id: RepeatedIdError, as in process."""
     uniq, counts = np.unique(ids, return_counts=True)
     if uniq.size != ids.size:
-        exc = DuplicateIdError(f"{what}; id {int(uniq[counts > 1][0])} repeats")
-        exc.grpc_code = "INVALID_ARGUMENT"
-        raise exc
+        raise RepeatedIdError(f"{what}; id {int(uniq[counts > 1][0])} repeats")
 
 
 def _supports_remove(index: Index) -> bool:
     declared = getattr(type(index), "supports_remove", None)
     return declared if declared is not None else type(index)._remove is not Index._remove
-
-
-class _Vectors:
-    """How a vector collection's items are made, checked, logged and replayed."""
-
-    train_replayable = True  # training is logged and replayed (it is deterministic and quick)
-
-    def new_index(self, c: dict):
-        return create_index(c["kind"], c["dim"], c["metric"], **c["params"])
-
-    def load_index(self, path: Path, c: dict):
-        return load(path)
-
-    def check(self, index, x: Any, what: str = "vectors"):
-        return as_matrix(x, index.dim, index.metric, what)
-
-    def count(self, x) -> int:
-        return int(x.shape[0])
-
-    def to_bytes(self, x) -> bytes:
-        return x.tobytes()
-
-    def from_bytes(self, blob: bytes, index):
-        return np.frombuffer(blob, np.float32).reshape(-1, index.dim)
-
-
-class _Strings(_Vectors):
-    """String collections (kind "strings", docs/service.md): items are str, logged as JSON; a
-    trained encoder is snapshotted at once instead of being re-fit on replay."""
-
-    train_replayable = False
-
-    def new_index(self, c: dict):
-        from ..strings.collection import StringCollectionIndex
-
-        return StringCollectionIndex(c["dim"], c["metric"], **c["params"])
-
-    def load_index(self, path: Path, c: dict):
-        from ..strings.collection import StringCollectionIndex
-
-        return StringCollectionIndex.load(path, c["params"])
-
-    def check(self, index, x: Any, what: str = "strings"):
-        from ..strings._alphabet import check_strings
-
-        return check_strings(x, what)
-
-    def count(self, x) -> int:
-        return len(x)
-
-    def to_bytes(self, x) -> bytes:
-        return json.dumps(x).encode()
-
-    def from_bytes(self, blob: bytes, index):
-        return json.loads(blob)
-
-
-def items_of(config: dict) -> _Vectors:
-    """The item handling of a collection config: strings for kind "strings", else vectors."""
-    return _Strings() if config.get("kind") == "strings" else _Vectors()
 
 
 def _upsert(index: Index, x: Any, ids: np.ndarray, attrs: AttributeTable | None = None,
@@ -247,14 +149,14 @@ def _attributes_of(rec: walmod.Record) -> dict:
         if len(rec.blobs) > 2 else {}
 
 
-def _apply(index: Index, rec: walmod.Record, items: _Vectors, attrs: AttributeTable) -> None:
+def _apply(index: Index, rec: walmod.Record, attrs: AttributeTable) -> None:
     """Replay one log record."""
     if rec.op == walmod.OP_REMOVE:
         ids = np.frombuffer(rec.blobs[0], np.int64)
         index.remove(ids)
         attrs.remove(ids)
         return
-    x = items.from_bytes(rec.blobs[0], index)
+    x = index.items_from_bytes(rec.blobs[0])
     if rec.op == walmod.OP_TRAIN:
         index.train(x)
     elif rec.op == walmod.OP_ADD:
@@ -309,17 +211,17 @@ class Collection:
             self.config = {}
             self._mark_damaged(f"collection {name!r} has an unreadable collection.json", exc)
             return
-        self.items = items_of(self.config)
         self.recover()
 
     # -- recovery ---------------------------------------------------------------------------
 
     def _new_index(self) -> Index:
-        return self.items.new_index(self.config)
+        c = self.config
+        return create_index(c["kind"], c["dim"], c["metric"], **c["params"])
 
     def _load_index(self, path: Path) -> Index:
         """Restore a snapshot."""
-        return self.items.load_index(path, self.config)
+        return load(path)
 
     def recover(self) -> None:
         """Load the newest snapshot and replay its log (dropping a torn last record)."""
@@ -383,7 +285,7 @@ class Collection:
         if rec.op in PART_OPS:  # a part written before part replicas were declared
             self.part_records = True
             raise ValueError("its log holds a cluster part's writes")
-        _apply(index, rec, self.items, attrs)
+        _apply(index, rec, attrs)
         return state
 
     def _keep_state(self, state: Any) -> None:
@@ -435,20 +337,15 @@ class Collection:
         )
         return out
 
-    def search(self, q: Any, k: int, params: dict, deadline: float | None = None) -> SearchResult:
-        """``params["per_query"]``, if given, maps parameter names to one value per query (a
-        coordinator asking one part with different beams per query in one call). ``allow`` /
-        ``deny`` id lists and a ``where`` filter over the attributes (docs/filters.md) may be
-        among the params."""
+    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
+               **params: Any) -> SearchResult:
+        """``Index.search``; ``where`` is answered from the attributes (docs/filters.md)."""
         with self._rw.read(deadline):
             index = self._index()
-            if "where" in params:
-                params = dict(params)
-                params["allow"] = _and_allow(params.get("allow"),
-                                             self.attrs.where(params.pop("where"), deadline))
-            if "per_query" not in params:
-                return index.search(q, k, **params)
-            return _search_per_query(index, q, k, params)
+            if where is not None:
+                allow = _and_allow(allow, self.attrs.where(where, deadline))
+            return index.search(q, k, allow=allow, deny=deny, deadline=deadline, **params)
 
     def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
             deadline: float | None = None, max_items: int | None = None) -> dict:
@@ -470,7 +367,7 @@ class Collection:
                 raise ResourceExhaustedError(
                     f"{held.size} items selected, over the {max_items} one answer can carry "
                     "(the server's message limit); ask for fewer ids, or a narrower where")
-            if vectors and not isinstance(index, Index):
+            if vectors and index.items != "vectors":
                 raise UnsupportedOperationError(f"collection {self.name!r} holds strings, "
                                                 "not vectors")
             x = index.get_vectors(held) if vectors else None
@@ -548,8 +445,8 @@ class Collection:
         """Add (or with ``upsert`` replace) items; ``attributes`` maps names to one value per
         item (docs/filters.md). Everything is checked before anything changes."""
         with self._write(deadline) as index:
-            x = self.items.check(index, x)
-            n = self.items.count(x)
+            x = index.check_items(x)
+            n = len(x)
             checked = self.attrs.check(attributes, n)
             if not index.is_trained:
                 raise NotTrainedError(f"{type(index).__name__} must be trained before add()")
@@ -574,7 +471,7 @@ class Collection:
                     index.add(x, ids)
                     self.attrs.add(ids, checked)
             self._commit(walmod.OP_UPSERT if upsert else walmod.OP_ADD, {"n": n},
-                         (self.items.to_bytes(x), ids.tobytes(), *_attributes_blob(checked)),
+                         (index.item_bytes(x), ids.tobytes(), *_attributes_blob(checked)),
                          apply)
             return ids
 
@@ -600,10 +497,10 @@ class Collection:
             return self._commit(walmod.OP_REMOVE, {"n": int(ids.size)}, (ids.tobytes(),), apply)
 
     def train(self, x: Any, deadline: float | None = None, **options: Any) -> None:
-        """Train the index. ``options``: for string collections, ``encoder_file`` (a trained
-        encoder's bytes, instead of fitting one on ``x``) and fit parameters."""
+        """Train the index; ``options``: its kind's ``train_options`` (a string index's
+        ``encoder_file`` and fit parameters)."""
         with self._write(deadline) as index:
-            if not self.items.train_replayable:  # slow and not replayable: snapshot it now
+            if not type(index).train_logged:  # slow and not replayable: snapshot it now
                 with self._rw.write():
                     index.train(x, **options)
                 try:
@@ -615,17 +512,17 @@ class Collection:
                 return
             if options:
                 raise InvalidParameterError(
-                    f"training options {sorted(options)} apply to string collections only")
-            x = as_matrix(x, index.dim, index.metric, "training vectors")
+                    f"{type(index).__name__} takes no training options; got {sorted(options)}")
+            x = index.check_items(x, "training vectors")
             if not type(index).needs_training:
                 return
-            if x.shape[0] == 0:
-                raise InvalidParameterError("training vectors must hold at least one row; got 0")
+            if len(x) == 0:
+                raise InvalidParameterError("training vectors must hold at least one; got 0")
             if index.is_trained and len(index):
                 raise RetrainNonEmptyError(
                     f"{type(index).__name__} holds {len(index)} items and is trained; "
                     "re-training would strand them. Remove them first, or create a new collection")
-            self._commit(walmod.OP_TRAIN, {"n": int(x.shape[0])}, (x.tobytes(),),
+            self._commit(walmod.OP_TRAIN, {"n": len(x)}, (index.item_bytes(x),),
                          lambda: index.train(x))
 
     def snapshot(self, deadline: float | None = None) -> int:

@@ -43,6 +43,16 @@ def from_matrix(m: pb.Matrix, dim: int, what: str = "vectors") -> np.ndarray:
     return np.frombuffer(m.data, dtype=_F32).reshape(m.rows, m.cols)
 
 
+def items_from(texts, m: pb.Matrix, dim: int, what: str = "vectors") -> Any:
+    """A message's items: its texts when it carries some (a string collection's), else its
+    matrix; the collection's index says whether they are of its kind."""
+    if len(texts):
+        if m.rows or m.data:
+            raise InvalidParameterError(f"{what}: a message carries texts or vectors, not both")
+        return list(texts)
+    return from_matrix(m, dim, what)
+
+
 def ids_from_bytes(data: bytes, what: str = "ids") -> np.ndarray:
     """Packed little-endian int64 ids (a part op's) as an int64 array."""
     if len(data) % _I64.itemsize:

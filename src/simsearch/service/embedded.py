@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
+from ..index import SearchResult, as_id_array
 from .attributes import check_where
 from .store import Store
+
+__all__ = ["EmbeddedClient", "EmbeddedCollection"]
 
 
 def _memory_dir() -> str:
@@ -34,7 +36,17 @@ def _memory_dir() -> str:
 
 class EmbeddedClient:
     """The collections of one data directory (``path``), or of a private one deleted on
-    ``close`` (``path=None``: ":memory:"). Thread-safe, like a node; one per directory."""
+    ``close`` (``path=None``: ":memory:"). Thread-safe, like a node; one per directory.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> client = ss.connect(":memory:")             # or ss.connect(path="./data"): durable
+    >>> col = client.create_collection("docs", 16, "l2", "hnsw")
+    >>> _ = col.add(x[:50], attributes={"colour": ["red", "blue"] * 25})
+    >>> col.search(x[1], k=1, where={"colour": "blue"}).ids.tolist()
+    [[1]]
+    >>> client.close()
+    """
 
     def __init__(self, path: str | os.PathLike | None = None):
         self._scratch = _memory_dir() if path is None else None
@@ -98,7 +110,17 @@ class EmbeddedClient:
 
 
 class EmbeddedCollection:
-    """One collection, with the surface of ``RemoteCollection``."""
+    """One collection, with the surface of ``RemoteCollection``.
+
+    >>> import numpy as np, simsearch as ss
+    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
+    >>> with ss.connect(":memory:") as client:
+    ...     col = client.create_collection("docs", 16, "cosine", "flat")
+    ...     _ = col.add(x[:5])
+    ...     n, got = len(col), col.get([4, 9])["ids"].tolist()
+    >>> n, got
+    (5, [4])
+    """
 
     def __init__(self, served):
         self._col = served
@@ -122,49 +144,23 @@ class EmbeddedCollection:
     def is_trained(self) -> bool:
         return bool(self._col.describe()["trained"])
 
-    @property
-    def holds_strings(self) -> bool:
-        return self.kind == "strings"
-
     def train(self, x: Any = None, encoder: Any = None, **fit_params: Any) -> None:
-        if self.holds_strings:
-            if encoder is not None:
-                fit_params["encoder_file"] = encoder if isinstance(encoder, bytes) else \
-                    encoder.to_bytes()
-            self._col.train(list(x) if x is not None else None, **fit_params)
-            return
-        from ..errors import InvalidParameterError
-
-        if encoder is not None or fit_params:
-            raise InvalidParameterError("encoder and fit parameters apply to string "
-                                        "collections only")
-        self._col.train(as_matrix(x, self.dim, self.metric, "training vectors"))
+        if encoder is not None:  # a string index's trained encoder
+            fit_params["encoder_file"] = encoder if isinstance(encoder, bytes) else \
+                encoder.to_bytes()
+        self._col.train(x, **fit_params)
 
     def add(self, x: Any, ids: Any = None, upsert: bool = False,
             attributes: dict[str, Any] | None = None) -> np.ndarray:
-        if not self.holds_strings:
-            x = as_matrix(x, self.dim, self.metric)
-        if ids is not None:
-            ids = check_batch_ids(ids, len(x))
         return self._col.add(x, ids, upsert=upsert, attributes=attributes)
 
-    def search(self, q: Any, k: int, allow: Any = None, deny: Any = None,
-               where: dict | None = None, **params: Any) -> SearchResult:
-        # the index checks the queries, k and the id lists itself (and says the same)
-        if allow is not None:
-            params["allow"] = allow
-        if deny is not None:
-            params["deny"] = deny
+    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
+               where: dict | None = None, deadline: float | None = None,
+               **params: Any) -> SearchResult:
         if where is not None:
             check_where(where)
-            params["where"] = where
-        if self.holds_strings:
-            from ..strings.collection import to_distances
-            from ..strings.string_index import StringSearchResult
-
-            r = self._col.search(list(q), check_k(k), params)
-            return StringSearchResult(r.ids, to_distances(r.scores))
-        return self._col.search(q, k, params)
+        return self._col.search(q, k, allow=allow, deny=deny, where=where, deadline=deadline,
+                                **params)
 
     def get(self, ids: Any = None, vectors: bool = False,
             where: dict | None = None) -> dict[str, Any]:

@@ -2,7 +2,15 @@
 
 Importing this module does not import grpc: codes are named by string (``grpc.StatusCode`` names).
 The client re-raises a server error as the same class the server raised, so code written against a
-local index catches the same exceptions from a remote one.
+local index catches the same exceptions from a remote one. ``STATUS`` is the one table from
+class to status code.
+
+>>> from simsearch import errors
+>>> from simsearch.service.errors import CollectionNotFoundError, code_for
+>>> code_for(errors.UnknownIdError("id 7")), code_for(CollectionNotFoundError("docs"))
+('NOT_FOUND', 'NOT_FOUND')
+>>> code_for(errors.RepeatedIdError("id 3 repeats")), code_for(errors.DuplicateIdError("held"))
+('INVALID_ARGUMENT', 'ALREADY_EXISTS')
 """
 
 from __future__ import annotations
@@ -20,20 +28,21 @@ ERROR_BASES_KEY = "simsearch-error-bases"
 
 class ServiceError(SimsearchError, RuntimeError):
     """A failure reported by the service (transport, auth, limits). ``code`` is the gRPC status
-    code's name."""
+    code's name: the one the server sent, else the class's in STATUS."""
 
-    code = "UNKNOWN"
+    _code: str | None = None
 
     def __init__(self, message: str = "", code: str | None = None):
         super().__init__(message)
-        if code is not None:
-            self.code = code
+        self._code = code
+
+    @property
+    def code(self) -> str:
+        return self._code or code_for(self)
 
 
 class CollectionNotFoundError(ServiceError, KeyError):
     """No collection of that name."""
-
-    code = "NOT_FOUND"
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
@@ -42,86 +51,80 @@ class CollectionNotFoundError(ServiceError, KeyError):
 class CollectionExistsError(ServiceError, ValueError):
     """A collection of that name exists already."""
 
-    code = "ALREADY_EXISTS"
-
 
 class AuthenticationError(ServiceError, PermissionError):
     """No bearer token, or one the server does not know."""
-
-    code = "UNAUTHENTICATED"
 
 
 class PermissionDeniedError(ServiceError, PermissionError):
     """A read-only token used for a write."""
 
-    code = "PERMISSION_DENIED"
-
 
 class ResourceExhaustedError(ServiceError):
     """A message over the size limit, or the server at its limit of concurrent calls."""
-
-    code = "RESOURCE_EXHAUSTED"
 
 
 class ServiceUnavailableError(ServiceError, ConnectionError):
     """The server cannot be reached, is shutting down, or hit a transient fault: retry."""
 
-    code = "UNAVAILABLE"
 
-
-class DeadlineExceededError(ServiceError, TimeoutError):
+class DeadlineExceededError(ServiceError, core.DeadlineExceededError):
     """The call's deadline passed before it finished."""
-
-    code = "DEADLINE_EXCEEDED"
 
 
 class DataLossError(ServiceError, CorruptIndexError):
     """Stored data (a snapshot or a write-ahead log record) failed its checksum."""
-
-    code = "DATA_LOSS"
 
 
 class StaleTermError(ServiceError):
     """A part write or copy from a leader older than one the replica has already seen: that
     leader was deposed (docs/cluster.md, "Writes")."""
 
-    code = "FAILED_PRECONDITION"
-
 
 class FencedPartError(ServiceError):
     """A plain write to a Pyramid part replica, which takes fenced writes from the cluster's
     leader only."""
 
-    code = "FAILED_PRECONDITION"
-
 
 class NotPartReplicaError(ServiceError):
     """A fenced part write to a collection that was not created as a Pyramid part replica."""
-
-    code = "FAILED_PRECONDITION"
 
 
 class OpsGoneError(ServiceError):
     """A part replica's WAL no longer holds the ops asked for (a snapshot compacted them): copy
     the whole replica instead."""
 
-    code = "FAILED_PRECONDITION"
-
 
 class InternalServerError(ServiceError):
     """An unexpected server fault; details are in the server's log only."""
 
-    code = "INTERNAL"
 
-
-# Exact classes first; code_for walks the MRO, so subclasses defined later map like their parent.
-_CORE_CODES: dict[type[BaseException], str] = {
+#: The one table from error class to gRPC status code name. code_for walks an exception's MRO,
+#: so a class not listed maps like its nearest listed ancestor; the layers above add theirs with
+#: register_error.
+STATUS: dict[type[BaseException], str] = {
+    CollectionNotFoundError: "NOT_FOUND",
+    CollectionExistsError: "ALREADY_EXISTS",
+    AuthenticationError: "UNAUTHENTICATED",
+    PermissionDeniedError: "PERMISSION_DENIED",
+    ResourceExhaustedError: "RESOURCE_EXHAUSTED",
+    ServiceUnavailableError: "UNAVAILABLE",
+    DeadlineExceededError: "DEADLINE_EXCEEDED",
+    DataLossError: "DATA_LOSS",
+    StaleTermError: "FAILED_PRECONDITION",
+    FencedPartError: "FAILED_PRECONDITION",
+    NotPartReplicaError: "FAILED_PRECONDITION",
+    OpsGoneError: "FAILED_PRECONDITION",
+    InternalServerError: "INTERNAL",
+    ServiceError: "UNKNOWN",
+    core.RepeatedIdError: "INVALID_ARGUMENT",  # a bad batch, unlike a clash with a stored id
     core.UnknownIdError: "NOT_FOUND",
     core.DuplicateIdError: "ALREADY_EXISTS",
     core.NotTrainedError: "FAILED_PRECONDITION",
     core.RetrainNonEmptyError: "FAILED_PRECONDITION",
     core.UnsupportedOperationError: "UNIMPLEMENTED",
     core.CorruptIndexError: "DATA_LOSS",
+    core.DeadlineExceededError: "DEADLINE_EXCEEDED",
     core.DatasetUnavailableError: "FAILED_PRECONDITION",
     ValueError: "INVALID_ARGUMENT",
     TypeError: "INVALID_ARGUMENT",
@@ -130,30 +133,18 @@ _CORE_CODES: dict[type[BaseException], str] = {
 
 def code_for(exc: BaseException) -> str:
     """The status code name for an exception the servicer caught."""
-    explicit = getattr(exc, "grpc_code", None)
-    if explicit:
-        return explicit
-    if isinstance(exc, ServiceError):
-        return exc.code
     for cls in type(exc).__mro__:
-        if cls in _CORE_CODES:
-            return _CORE_CODES[cls]
+        if cls in STATUS:
+            return STATUS[cls]
     return "INTERNAL"
 
 
+#: the class a client raises for a status code when the server's class is unknown to it
 _BY_CODE: dict[str, type[ServiceError]] = {
-    cls.code: cls
-    for cls in (
-        CollectionNotFoundError,
-        CollectionExistsError,
-        AuthenticationError,
-        PermissionDeniedError,
-        ResourceExhaustedError,
-        ServiceUnavailableError,
-        DeadlineExceededError,
-        DataLossError,
-        InternalServerError,
-    )
+    code: cls for cls, code in reversed(STATUS.items())
+    if isinstance(cls, type) and issubclass(cls, ServiceError)
+    and cls not in (ServiceError, StaleTermError, FencedPartError, NotPartReplicaError,
+                    OpsGoneError)
 }
 
 
@@ -161,18 +152,23 @@ _BY_CODE: dict[str, type[ServiceError]] = {
 _REMOTE: dict[str, type[SimsearchError]] = {}
 
 
-def register_remote_error(cls: type[SimsearchError]) -> type[SimsearchError]:
-    """Let clients raise ``cls`` itself when a server reports it (a class decorator)."""
-    _REMOTE[cls.__name__] = cls
-    return cls
+def register_error(status: str | None = None):
+    """A class decorator: clients raise the class itself when a server reports it, and a
+    server reports it with ``status`` (default: its nearest ancestor's in STATUS)."""
+    def register(cls: type[SimsearchError]) -> type[SimsearchError]:
+        _REMOTE[cls.__name__] = cls
+        if status is not None:
+            STATUS[cls] = status
+        return cls
+    return register
 
 
 def error_class(type_name: str | None, code: str, bases: str = "") -> type[Exception]:
     """The class the client raises for a server error: the server's own class when it is one of
-    simsearch's core or service errors (or one registered by register_remote_error), else its
+    simsearch's core or service errors (or one registered by register_error), else its
     nearest such ancestor (``bases``), otherwise one chosen by status code."""
     for name in [type_name or "", *bases.split(",")]:
-        cls = (getattr(core, name, None) or globals().get(name) or _REMOTE.get(name)) \
+        cls = (globals().get(name) or getattr(core, name, None) or _REMOTE.get(name)) \
             if name else None
         if isinstance(cls, type) and issubclass(cls, SimsearchError) and cls is not SimsearchError:
             return cls

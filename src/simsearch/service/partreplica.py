@@ -17,7 +17,7 @@ from ..errors import InvalidAttributeError, InvalidIdError, NotTrainedError
 from ..index import Index
 from . import wal as walmod
 from .attributes import AttributeTable
-from .collection import PART_OPS, Collection, _check_unique, _upsert, _Vectors
+from .collection import PART_OPS, Collection, _check_unique, _upsert
 from .errors import FencedPartError, OpsGoneError, ResourceExhaustedError
 from .fenced import FencedState, PartOp
 from .wal import WriteAheadLog
@@ -41,7 +41,7 @@ def _apply_part_op(index: Index, op: PartOp, attrs: AttributeTable) -> None:
     _upsert(index, op.x, op.ids, attrs, checked)
 
 
-def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, items: _Vectors,
+def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record,
                  shape_of: Index | None = None,
                  attrs: AttributeTable | None = None) -> list[PartOp]:
     """Replay one fenced part record (Collection.part_prepare / part_sync) on ``state`` and
@@ -51,8 +51,8 @@ def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record, it
     if rec.op == walmod.OP_PART_PREPARE:
         ops, blobs = [], iter(rec.blobs)
         for o in m["ops"]:
-            x = None if o["remove"] else items.from_bytes(
-                next(blobs), index if index is not None else shape_of)
+            x = None if o["remove"] else (
+                index if index is not None else shape_of).items_from_bytes(next(blobs))
             ops.append(PartOp(o["pseq"], o["remove"], np.frombuffer(next(blobs), np.int64), x,
                               o.get("attributes")))
         state.prepare(m["term"], m["attempt"], ops)
@@ -103,7 +103,7 @@ class PartReplica(Collection):
         if rec.op not in PART_OPS:
             return super()._replay(index, rec, attrs, state)
         state = state or FencedState()
-        _replay_part(index, state, rec, self.items, attrs=attrs)
+        _replay_part(index, state, rec, attrs=attrs)
         return state
 
     def _keep_state(self, state: FencedState | None) -> None:
@@ -142,11 +142,10 @@ class PartReplica(Collection):
             if check:
                 _check_unique(op.ids, "ids of a part op must be unique")
             if not op.remove:
-                x = self.items.check(index, op.x) if check else op.x
-                if self.items.count(x) != op.ids.size:
-                    raise InvalidIdError(f"a part op has {op.ids.size} ids for "
-                                         f"{self.items.count(x)} vectors")
-                blobs.append(self.items.to_bytes(x))
+                x = index.check_items(op.x) if check else op.x
+                if len(x) != op.ids.size:
+                    raise InvalidIdError(f"a part op has {op.ids.size} ids for {len(x)} items")
+                blobs.append(index.item_bytes(x))
                 if op.attributes:
                     if check:
                         self.attrs.check(op.attributes, op.ids.size)
@@ -217,7 +216,7 @@ class PartReplica(Collection):
             for rec in records:
                 if rec.op not in PART_OPS:
                     continue
-                for op in _replay_part(None, scratch, rec, self.items, index):
+                for op in _replay_part(None, scratch, rec, index):
                     if op.pseq > after and (not out or size < max_bytes):
                         out.append(op)
                         size += op.ids.nbytes + (op.x.nbytes if op.x is not None else 0)

@@ -15,7 +15,16 @@ import numpy as np
 from .._kernels import merge_topk
 from ..errors import DuplicateIdError, InvalidFilterError, InvalidParameterError
 from ..filters import parse_filter
-from ..index import SearchResult, as_id_array, as_matrix, check_batch_ids, check_k
+from ..index import (
+    SearchResult,
+    as_id_array,
+    as_matrix,
+    check_batch_ids,
+    check_k,
+    higher_is_better,
+    index_class,
+)
+from ..strings._alphabet import check_strings
 
 #: bytes kept free in every request for everything but the payload
 _REQUEST_OVERHEAD = 4096
@@ -119,10 +128,34 @@ class CollectionRequests:
         self.needs_training = bool(info.needs_training)
 
     @property
-    def holds_strings(self) -> bool:
-        """A string collection (kind "strings"): items and queries are str, results carry edit
-        distances (docs/service.md, "String collections")."""
-        return self.kind == "strings"
+    def items(self) -> str:
+        """What the collection holds: "vectors", or "strings" (a string index, docs/service.md,
+        "String collections"), as its kind's class says; a kind this client does not know
+        holds vectors."""
+        try:
+            return index_class(self.kind).items
+        except InvalidParameterError:
+            return "vectors"
+
+    def _check_items(self, x: Any, what: str = "vectors") -> Any:
+        """A row-indexable batch: a float32 matrix, or an object array of str."""
+        if self.items == "strings":
+            texts = [x] if isinstance(x, str) else check_strings(x, what, allow_empty=True)
+            out = np.empty(len(texts), object)
+            out[:] = texts
+            return out
+        return as_matrix(x, self.dim, self.metric, what)
+
+    def _row_bytes(self, x: Any) -> int:
+        if self.items == "strings":
+            return max((len(t.encode()) for t in x), default=0) + 8
+        return self.dim * 4
+
+    def _put_items(self, req, texts_field: str, matrix_field: str, part: Any) -> None:
+        if self.items == "strings":
+            getattr(req, texts_field).extend(part.tolist())
+        else:
+            getattr(req, matrix_field).CopyFrom(self._client._convert.to_matrix(part))
 
     def _rows_per_call(self, bytes_per_row: int):
         budget = (yield from self._client._max_bytes_plan()) - _REQUEST_OVERHEAD
@@ -131,103 +164,34 @@ class CollectionRequests:
     def _info_plan(self):
         return (yield from self._client._describe_plan(self.name))
 
-    def _train_plan(self, x: Any, encoder: Any, fit_params: dict):
+    def _train_plan(self, x: Any, encoder: Any, options: dict):
         c = self._client
-        if not self.holds_strings:
-            if encoder is not None or fit_params:
-                raise InvalidParameterError("encoder and fit parameters apply to string "
-                                            "collections only")
-            x = as_matrix(x, self.dim, self.metric, "training vectors")
-            yield ("Train", c._pb.TrainRequest(collection=self.name,
-                                               vectors=c._convert.to_matrix(x)), False)
-            return
-        from ..strings._alphabet import check_strings
-
-        req = c._pb.TrainRequest(collection=self.name, params_json=c._convert.dump_params(
-            fit_params))
-        if x is not None:
-            req.texts.extend(check_strings(x, "training strings"))
-        if encoder is not None:
+        req = c._pb.TrainRequest(collection=self.name,
+                                 params_json=c._convert.dump_params(options))
+        if x is not None or encoder is None:
+            self._put_items(req, "texts", "vectors", self._check_items(x, "training items"))
+        if encoder is not None:  # a string index's trained encoder
             req.encoder = encoder if isinstance(encoder, bytes) else encoder.to_bytes()
         yield ("Train", req, False)
 
-    def _add_strings_plan(self, x: Any, ids: Any, upsert: bool, attributes: dict | None):
-        from ..strings._alphabet import check_strings
-
-        texts = check_strings(x)
-        if ids is not None:
-            ids = check_batch_ids(ids, len(texts))
-        c = self._client
-        widest = max(len(t.encode()) for t in texts) + 8
-        attr_row = _attribute_bytes_per_row(attributes, len(texts))
-        step = yield from self._rows_per_call(widest + _ID_BYTES + attr_row)
-        out = []
-        for start in range(0, len(texts), step):
-            req = c._pb.AddRequest(
-                collection=self.name, texts=texts[start : start + step], auto_ids=ids is None,
-                upsert=upsert, attributes_json=c._convert.dump_params(
-                    {k: list(v[start : start + step]) for k, v in attributes.items()}
-                    if attributes else {}))
-            if ids is not None:
-                req.ids.extend(ids[start : start + step].tolist())
-            r = yield ("Add", req, upsert and ids is not None)
-            out.append(np.asarray(r.ids, dtype=np.int64))
-        return np.concatenate(out)
-
-    def _search_strings_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
-                             params: dict):
-        from ..strings._alphabet import check_strings
-        from ..strings.collection import to_distances
-        from ..strings.string_index import StringSearchResult
-
-        texts = check_strings(q, "queries")
-        filt = parse_filter(allow, deny, len(texts))
-        c = self._client
-        pj = c._convert.dump_params(params)
-        wj = c._convert.dump_params(where) if where is not None else ""
-        if where is not None and not wj:
-            wj = "{}"
-        lists = sum(v.nbytes if isinstance(v, np.ndarray) else 8 * sum(map(len, v))
-                    for v in (filt.allow, filt.deny) if v is not None) if filt is not None else 0
-        widest = max(len(t.encode()) for t in texts) + 8
-        step = yield from self._rows_per_call(max(widest, k * c._convert.RESULT_BYTES)
-                                              + lists + len(wj))
-        ids, dists = [], []
-        for start in range(0, len(texts), step):
-            req = c._pb.SearchRequest(collection=self.name, k=k, params_json=pj,
-                                      query_texts=texts[start : start + step], where_json=wj)
-            if filt is not None:
-                sub = filt.take(np.arange(start, min(start + step, len(texts))))
-                if sub.allow is not None:
-                    req.allow.CopyFrom(c._convert.to_id_list(sub.allow))
-                if sub.deny is not None:
-                    req.deny.CopyFrom(c._convert.to_id_list(sub.deny))
-            r = c._convert.from_search_response((yield ("Search", req, False)))
-            ids.append(r.ids)
-            dists.append(to_distances(r.scores))
-        return StringSearchResult(np.concatenate(ids), np.concatenate(dists))
-
     def _add_plan(self, x: Any, ids: Any, upsert: bool, attributes: dict | None):
-        if self.holds_strings:
-            return (yield from self._add_strings_plan(x, ids, upsert, attributes))
-        x = as_matrix(x, self.dim, self.metric)
+        x = self._check_items(x)
         if ids is not None:
-            ids = check_batch_ids(ids, x.shape[0])
+            ids = check_batch_ids(ids, len(x))
         c = self._client
-        attr_row = _attribute_bytes_per_row(attributes, x.shape[0])
-        step = yield from self._rows_per_call(self.dim * 4 + _ID_BYTES + attr_row)
+        attr_row = _attribute_bytes_per_row(attributes, len(x))
+        step = yield from self._rows_per_call(self._row_bytes(x) + _ID_BYTES + attr_row)
         out = []
-        for start in range(0, max(1, x.shape[0]), step):
-            part = x[start : start + step]
+        for start in range(0, max(1, len(x)), step):
             req = c._pb.AddRequest(
                 collection=self.name,
-                vectors=c._convert.to_matrix(part),
                 auto_ids=ids is None,
                 upsert=upsert,
                 attributes_json=c._convert.dump_params(
                     {k: list(v[start : start + step]) for k, v in attributes.items()}
                     if attributes else {}),
             )
+            self._put_items(req, "texts", "vectors", x[start : start + step])
             if ids is not None:
                 req.ids.extend(ids[start : start + step].tolist())
             r = yield ("Add", req, upsert and ids is not None)
@@ -237,10 +201,8 @@ class CollectionRequests:
     def _search_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
                      params: dict):
         k = check_k(k)
-        if self.holds_strings:  # allow / deny / where as for vectors
-            return (yield from self._search_strings_plan(q, k, allow, deny, where, params))
-        q = as_matrix(q, self.dim, self.metric, "queries")
-        filt = parse_filter(allow, deny, q.shape[0])
+        q = self._check_items(q, "queries")
+        filt = parse_filter(allow, deny, len(q))
         c = self._client
         pj = c._convert.dump_params(params)
         wj = c._convert.dump_params(where) if where is not None else ""
@@ -255,16 +217,15 @@ class CollectionRequests:
         per_row = 0
         if filt is not None and not filt.shared:
             per_row = max(sum(len(v[i]) for v in (filt.allow, filt.deny) if isinstance(v, list))
-                          for i in range(q.shape[0])) * 8
+                          for i in range(len(q))) * 8
         step = max(1, (budget - shared) // max(
-            1, max(self.dim * 4, k * c._convert.RESULT_BYTES) + per_row))
+            1, max(self._row_bytes(q), k * c._convert.RESULT_BYTES) + per_row))
         parts = []
-        for start in range(0, max(1, q.shape[0]), step):
-            req = c._pb.SearchRequest(collection=self.name,
-                                      queries=c._convert.to_matrix(q[start : start + step]),
-                                      k=k, params_json=pj, where_json=wj)
+        for start in range(0, max(1, len(q)), step):
+            req = c._pb.SearchRequest(collection=self.name, k=k, params_json=pj, where_json=wj)
+            self._put_items(req, "query_texts", "queries", q[start : start + step])
             if filt is not None:
-                sub = filt.take(np.arange(start, min(start + step, q.shape[0])))
+                sub = filt.take(np.arange(start, min(start + step, len(q))))
                 if sub.allow is not None:
                     req.allow.CopyFrom(c._convert.to_id_list(sub.allow))
                 if sub.deny is not None:
@@ -292,7 +253,8 @@ class CollectionRequests:
                                                         filt.deny, where, params)))
         ids = np.concatenate([r.ids for r in pieces], axis=1)
         scores = np.concatenate([r.scores for r in pieces], axis=1).astype(np.float32)
-        return SearchResult(*merge_topk(ids.astype(np.int64), scores, k, self.metric != "l2"))
+        return SearchResult(*merge_topk(ids.astype(np.int64), scores, k,
+                                        higher_is_better(self.metric)))
 
     def _get_plan(self, ids: Any, vectors: bool, where: dict | None):
         c = self._client

@@ -93,10 +93,6 @@ def _rpc(fn: Callable) -> Callable:
     return wrapper
 
 
-def _is_strings(col) -> bool:
-    return col.config.get("kind") == "strings"  # items are texts (docs/service.md)
-
-
 def _info(col: ServedCollection) -> pb.CollectionInfo:
     d = col.describe()
     return pb.CollectionInfo(
@@ -174,21 +170,17 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def Train(self, request, context, deadline):
         col = self.store.get(request.collection)
-        if _is_strings(col):  # fit an encoder on texts, or take a trained one's file
-            options = convert.load_params(request.params_json, "params_json (fit parameters)")
-            if request.encoder:
-                options["encoder_file"] = request.encoder
-            col.train(list(request.texts) or None, deadline=deadline, **options)
-        else:
-            col.train(convert.from_matrix(request.vectors, col.config["dim"],
-                                          "training vectors"), deadline=deadline)
+        options = convert.load_params(request.params_json, "params_json (training options)")
+        if request.encoder:  # a string index's trained encoder, instead of fitting one
+            options["encoder_file"] = request.encoder
+        col.train(convert.items_from(request.texts, request.vectors, col.config["dim"],
+                                     "training items"), deadline=deadline, **options)
         return pb.TrainResponse()
 
     @_rpc
     def Add(self, request, context, deadline):
         col = self.store.get(request.collection)
-        x = list(request.texts) if _is_strings(col) else \
-            convert.from_matrix(request.vectors, col.config["dim"])
+        x = convert.items_from(request.texts, request.vectors, col.config["dim"])
         self._check_decoded_ids(len(request.ids))
         ids = None if request.auto_ids else np.asarray(request.ids, dtype=np.int64)
         attributes = convert.load_json(request.attributes_json, "attributes_json")
@@ -216,13 +208,14 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def Search(self, request, context, deadline):
         col = self.store.get(request.collection)
-        q = list(request.query_texts) if _is_strings(col) else \
-            convert.from_matrix(request.queries, col.config["dim"], "queries")
+        q = convert.items_from(request.query_texts, request.queries, col.config["dim"],
+                               "queries")
         params = convert.load_params(request.params_json, "params_json (search parameters)")
-        for name in ("allow", "deny", "where"):
+        for name in ("allow", "deny", "where", "deadline"):
             if name in params:
                 raise InvalidParameterError(
-                    f"{name} goes in the request's own field, not in params_json")
+                    f"{name} goes in the request's own field (deadline: the call's), not in "
+                    "params_json")
         for name in ("allow", "deny"):
             if request.HasField(name):
                 lists = getattr(request, name)
@@ -244,7 +237,7 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                     f"the server's message limit of {self.max_message_bytes}; send fewer queries "
                     "per call (the Python client splits batches for you)"
                 )
-        return convert.to_search_response(col.search(q, k, params, deadline=deadline))
+        return convert.to_search_response(col.search(q, k, deadline=deadline, **params))
 
     @_rpc
     def Get(self, request, context, deadline):

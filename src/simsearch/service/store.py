@@ -32,8 +32,9 @@ from pathlib import Path
 from .. import _faults
 from .._durable import atomic_write, fsync_dir
 from ..errors import InvalidParameterError
+from ..index import create_index, load
 from .attributes import AttributeTable, check_schema
-from .collection import DEFAULT_SNAPSHOT_WAL_BYTES, Collection, items_of
+from .collection import DEFAULT_SNAPSHOT_WAL_BYTES, Collection
 from .errors import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -121,8 +122,7 @@ class Store:
         if not isinstance(params, dict):
             raise InvalidParameterError(f"build params must be a JSON object; got {params!r}")
         try:  # validates kind, dim, metric, params
-            items_of({"kind": kind}).new_index(
-                {"dim": dim, "metric": metric, "kind": kind, "params": params})
+            create_index(kind, dim, metric, **params)
         except TypeError as exc:
             raise InvalidParameterError(f"bad build parameters for kind {kind!r}: {exc}") from None
         with self._lock:
@@ -183,7 +183,7 @@ class Store:
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
-                items_of(config).load_index(snap, config)  # CorruptIndexError before the old
+                load(snap)  # CorruptIndexError before the old
                 # copy is touched
                 if attributes is not None:
                     atomic_write(tmp / "attrs-1.bin",

@@ -1,7 +1,7 @@
 """CNN-ED: convolutional edit-distance embeddings and string search (docs/bench-strings.md).
 
     enc = CNNEDEncoder(max_len=32).fit(train_strings)       # torch is imported here, lazily
-    idx = StringIndex(enc, "hnsw", M=16)
+    idx = StringIndex(encoder=enc, index="hnsw", M=16)       # kind "strings", metric "edit"
     idx.add(base)
     ids, dists = idx.search(queries, k=10, n_candidates=1024)
 
@@ -13,7 +13,7 @@ from ._alphabet import Alphabet, InvalidStringError, UnknownCharacterError
 from .brute import brute_force_search, edit_distance_matrix
 from .cgk import CGKEncoder, hamming_search
 from .encoder import CNNEDEncoder
-from .string_index import StringIndex, StringSearchResult
+from .string_index import StringIndex
 
 __all__ = [
     "Alphabet",
@@ -21,7 +21,6 @@ __all__ = [
     "CNNEDEncoder",
     "InvalidStringError",
     "StringIndex",
-    "StringSearchResult",
     "UnknownCharacterError",
     "brute_force_search",
     "edit_distance_matrix",

@@ -48,7 +48,16 @@ def check_strings(strings: Any, what: str = "strings", allow_empty: bool = False
 
 
 class Alphabet:
-    """A fixed, sorted set of characters; character i is coded i + 1 (0 pads)."""
+    """A fixed, sorted set of characters; character i is coded i + 1 (0 pads).
+
+    >>> from simsearch.strings import Alphabet
+    >>> a = Alphabet("tgca")
+    >>> a.chars
+    'acgt'
+    >>> codes, lengths = a.encode(["gat", "c"], 4)   # code i + 1, 0 pads to max_len
+    >>> codes.tolist(), lengths.tolist()
+    ([[3, 1, 4, 0], [2, 0, 0, 0]], [3, 1])
+    """
 
     def __init__(self, chars: str | Sequence[str]):
         chars = sorted(set(chars))

@@ -21,6 +21,12 @@ class CGKEncoder:
     max_len : longest string embedded (the paper's n); longer strings are truncated. The code
         has ``3 * max_len`` symbols.
     seed : seed of the random bits (the paper's shared random string r).
+
+    >>> from simsearch.strings import CGKEncoder
+    >>> enc = CGKEncoder(alphabet="acgt", max_len=8)
+    >>> codes = enc.encode(["acgt", "acga", "tttt"])
+    >>> codes.shape                                # 3 * max_len symbols each
+    (3, 24)
     """
 
     def __init__(self, alphabet: str | None = None, max_len: int = 32, seed: int = 0):

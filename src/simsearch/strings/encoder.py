@@ -44,6 +44,13 @@ class CNNEDEncoder:
     Training and encoding are deterministic on the CPU for a given seed and thread count; they
     set torch's thread count and deterministic mode for their duration and restore them after,
     so do not run them concurrently with other torch work in the same process.
+
+    >>> from simsearch.strings import CNNEDEncoder
+    >>> enc = CNNEDEncoder(alphabet="acgt", max_len=8, embed_dim=16)
+    >>> enc = enc.fit(["acgt", "aagt", "ccgt", "acga", "ttga", "gatc"] * 5, epochs=1,
+    ...               progress=False)
+    >>> enc.encode(["acgt", "gattaca"]).shape   # l2 distances that track edit distances
+    (2, 16)
     """
 
     def __init__(self, alphabet: str | None = None, max_len: int = 32, embed_dim: int = 128,

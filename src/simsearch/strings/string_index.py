@@ -1,122 +1,157 @@
-"""StringIndex: edit-distance search over strings. Embed with an encoder, take the T nearest
-embeddings from a vector index (metric "l2"), re-rank them by exact edit distance."""
+"""StringIndex: edit-distance search over strings, an ordinary index kind ("strings", metric
+"edit", dim 0). Embed with a CNN-ED encoder, take the T nearest embeddings from a vector index
+(metric "l2"), re-rank them by exact edit distance; scores are the edit distances, smallest
+first (docs/service.md, "String collections")."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+import json
+from typing import Any, ClassVar
 
 import numpy as np
 
-from .._rwlock import RWLock
 from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError, UnknownIdError
-from ..fileformat import read_index_file, write_index_file
+from ..filters import IdFilter
 from ..index import (
+    Index,
+    SearchResult,
     as_id_array,
     check_int,
-    check_k,
     check_threads,
     create_index,
+    register,
 )
 from ..index import loads as loads_vector_index
 from ._alphabet import check_strings
 from .brute import distances_with_cutoff
 from .encoder import CNNEDEncoder
 
-FILE_CLASS = "string-index"
-PAD_DISTANCE = np.iinfo(np.int32).max
 RERANK_BLOCK = 128  # candidates scored per cdist call; the cutoff tightens in between
+#: CNNEDEncoder constructor parameters an index may set (``encoder=``)
+ENCODER_PARAMS = frozenset({"alphabet", "max_len", "embed_dim", "n_layers", "channels",
+                            "global_channels", "profile", "seed"})
+#: CNNEDEncoder.fit parameters ``train`` takes
+FIT_PARAMS = frozenset({"epochs", "batch_size", "n_train", "n_neighbors", "neighbours",
+                        "n_candidates", "n_pool", "learning_rate", "early_stopping",
+                        "validation_fraction", "approx_form", "far_fraction", "n_threads"})
+#: files of the kind before it was one: a trained StringIndex, an untrained collection's index
+_LEGACY_CLASSES = ("string-index", "string-collection")
 
 
-@dataclass(frozen=True)
-class StringSearchResult:
-    """``ids`` int64 (nq, k), best first, -1 where fewer than k results exist; ``distances``
-    int32 (nq, k): the exact edit (Levenshtein) distance, int32 max as padding."""
-
-    ids: np.ndarray
-    distances: np.ndarray
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        yield self.ids
-        yield self.distances
-
-
-class StringIndex:
+@register("strings")
+class StringIndex(Index):
     """Nearest strings by edit distance, through CNN-ED embeddings and exact re-ranking.
 
     Parameters
     ----------
-    encoder : a trained :class:`CNNEDEncoder` (its alphabet is the index's fixed alphabet).
+    dim : 0 (items are strings, not vectors).
+    metric : "edit".
     index : vector index kind holding the embeddings under metric "l2" ("hnsw", "flat", ...).
-    **index_params : build parameters of that index (e.g. ``M``, ``ef_construction``).
+    encoder : a trained :class:`CNNEDEncoder` (the index is trained at once), or the
+        CNNEDEncoder parameters ``train`` fits one with (a dict).
+    **index_params : build parameters of that vector index (e.g. ``M``, ``ef_construction``).
 
-    Search parameters, per call: ``n_candidates`` (the paper's T: embedding-nearest candidates
-    re-ranked by exact edit distance, default max(k, 1024)), ``ef`` (HNSW beam, raised to T),
-    ``n_threads``. Searches may run concurrently; writes (add, remove, save) are serialized.
+    ``train(strings, **fit_params)`` fits the encoder (CNNEDEncoder.fit's parameters), or
+    ``train(None, encoder_file=bytes)`` takes a trained one's file. Search parameters, per call:
+    ``n_candidates`` (the paper's T: embedding-nearest candidates re-ranked by exact edit
+    distance, default max(k, 1024)), ``ef`` (HNSW beam, raised to T), ``n_threads``.
+
+    >>> from simsearch.strings import CNNEDEncoder, StringIndex
+    >>> enc = CNNEDEncoder(alphabet="abc", max_len=8, embed_dim=8)
+    >>> enc = enc.fit(["abc", "cab", "bca", "aab", "bbc", "cca"] * 4, epochs=1,
+    ...               progress=False)
+    >>> idx = StringIndex(encoder=enc, index="flat")
+    >>> idx.add(["abc", "abcc", "cba"]).tolist()
+    [0, 1, 2]
+    >>> r = idx.search(["abc"], k=2)
+    >>> r.ids.tolist(), r.scores.tolist()
+    ([[0, 1]], [[0.0, 1.0]])
     """
 
-    def __init__(self, encoder: CNNEDEncoder, index: str = "hnsw", **index_params: Any):
-        if not isinstance(encoder, CNNEDEncoder):
-            raise InvalidParameterError(
-                f"encoder must be a CNNEDEncoder; got {type(encoder).__name__}")
-        if not encoder.is_trained:
-            raise NotTrainedError("the encoder must be fit() (or loaded) before a StringIndex")
-        self.encoder = encoder
-        self.index_kind = index
-        self.index_params = dict(index_params)
-        self._vectors = create_index(index, encoder.dim, "l2", **index_params)
+    metrics: ClassVar[tuple[str, ...]] = ("edit",)
+    items: ClassVar[str] = "strings"
+    needs_training: ClassVar[bool] = True
+    search_params: ClassVar[frozenset[str]] = frozenset({"n_candidates", "ef", "n_threads"})
+    train_options: ClassVar[frozenset[str]] = FIT_PARAMS | {"encoder_file"}
+    train_logged: ClassVar[bool] = False  # a fit is slow: a node snapshots it instead
+
+    def __init__(self, dim: int = 0, metric: str = "edit", index: str = "hnsw",
+                 encoder: CNNEDEncoder | dict | None = None, **index_params: Any):
+        trained = encoder if isinstance(encoder, CNNEDEncoder) else None
+        if trained is not None:
+            if not trained.is_trained:
+                raise NotTrainedError("the encoder must be fit() (or loaded) first")
+            encoder = {}
+        encoder = dict(encoder or {})
+        unknown = set(encoder) - ENCODER_PARAMS
+        if unknown:
+            raise InvalidParameterError(f"unknown encoder parameter(s) {sorted(unknown)}; "
+                                        f"allowed: {sorted(ENCODER_PARAMS)}")
+        create_index(index, 8, "l2", **index_params)  # checks the vector index's parameters
+        super().__init__(dim, metric, index=index, encoder=encoder, **index_params)
+        self.index_kind, self.index_params = index, dict(index_params)
+        self.encoder: CNNEDEncoder | None = None
+        self._vectors: Index | None = None
         self._strings: dict[int, str] = {}
-        self._lock = RWLock()  # the Index concurrency rule (docs/architecture.md)
-
-    def __len__(self) -> int:
-        return len(self._strings)
-
-    @property
-    def next_id(self) -> int:
-        """The first id an ``add`` without ids gives."""
-        return self._vectors.next_id
+        if trained is not None:
+            self._train(trained)
+            self._is_trained = True
 
     def __repr__(self) -> str:
-        return f"StringIndex({self.encoder!r}, index={self.index_kind!r}) n={len(self)}"
+        return f"StringIndex(index={self.index_kind!r}, encoder={self.encoder!r}) n={len(self)}"
 
-    def add(self, strings: list[str], ids: Any = None, batch_size: int = 2048,
-            embeddings: np.ndarray | None = None) -> np.ndarray:
-        """Embed and add strings; ids default to consecutive integers. Returns int64 ids. The
-        whole batch is checked (types, alphabet, ids) before anything changes.
-        ``embeddings``: ``encoder.encode(strings)`` when the caller already has it."""
-        strings = check_strings(strings)
-        if embeddings is None:
-            x = self.encoder.encode(strings, batch_size=batch_size)
-        else:
-            self.encoder.alphabet.encode(strings, 1)  # the alphabet check encode() would make
-            x = np.asarray(embeddings, np.float32)
-            if x.shape != (len(strings), self.encoder.dim):
+    def check_items(self, x: Any, what: str = "strings") -> np.ndarray:
+        """A str is one item; else a list (or array) of str, as an object array."""
+        texts = [x] if isinstance(x, str) else check_strings(x, what, allow_empty=True)
+        out = np.empty(len(texts), object)
+        out[:] = texts
+        return out
+
+    def item_bytes(self, x: np.ndarray) -> bytes:
+        return json.dumps(list(x)).encode()
+
+    def items_from_bytes(self, blob: bytes) -> np.ndarray:
+        return self.check_items(json.loads(blob))
+
+    # -- training ---------------------------------------------------------------------------
+
+    def _learn(self, x: np.ndarray, encoder_file: bytes | None = None,
+               **fit_params: Any) -> CNNEDEncoder:
+        if encoder_file is not None:
+            try:
+                return CNNEDEncoder.loads(encoder_file)
+            except CorruptIndexError:  # the caller's bytes, not a damaged store
                 raise InvalidParameterError(
-                    f"embeddings must have shape ({len(strings)}, {self.encoder.dim}); "
-                    f"got {x.shape}")
-        with self._lock.write():
-            ids = self._vectors.add(x, ids if ids is None else as_id_array(ids))
-            self._strings.update(zip(ids.tolist(), strings, strict=True))
-        return ids
+                    f"encoder_file must be the bytes CNNEDEncoder.save writes; got "
+                    f"{len(encoder_file)} bytes that are not one") from None
+        super()._learn(x)  # at least one string
+        return CNNEDEncoder(**self._params["encoder"]).fit(x.tolist(), progress=False,
+                                                           **fit_params)
 
-    def remove(self, ids: Any) -> int:
-        with self._lock.write():
-            ids = as_id_array(ids)
-            n = self._vectors.remove(ids)
-            for i in ids.tolist():
-                del self._strings[i]
-            return n
+    def train(self, x: Any = None, **options: Any) -> None:
+        """Fit the encoder on strings ``x``, or (``x`` None) take ``encoder_file``."""
+        super().train([] if x is None else x, **options)
 
-    def contains(self, ids: Any) -> np.ndarray:
-        """A boolean per id: is it stored?"""
-        ids = as_id_array(ids).tolist()
-        with self._lock.read():
-            return np.fromiter((i in self._strings for i in ids), bool, len(ids))
+    def _train(self, encoder: CNNEDEncoder) -> None:
+        self.encoder = encoder
+        self._vectors = create_index(self.index_kind, encoder.dim, "l2", **self.index_params)
+        self._strings = {}
 
-    def get(self, ids: Any) -> list[str]:
-        """The stored strings of ``ids`` (UnknownIdError for an id not stored)."""
+    # -- items ------------------------------------------------------------------------------
+
+    def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
+        texts = x.tolist()
+        self._vectors.add(self.encoder.encode(texts), ids)  # an unknown character: refused here
+        self._strings.update(zip(ids.tolist(), texts, strict=True))
+
+    def _remove(self, ids: np.ndarray) -> None:
+        self._vectors.remove(ids)
+        for i in ids.tolist():
+            del self._strings[i]
+
+    def get_strings(self, ids: Any) -> list[str]:
+        """The stored strings of ``ids``, in the order given (UnknownIdError names one not
+        held)."""
         ids = as_id_array(ids).tolist()
         with self._lock.read():
             missing = [i for i in ids if i not in self._strings]
@@ -125,100 +160,93 @@ class StringIndex:
                     f"ids must be stored; {len(missing)} are not, e.g. id {missing[0]}")
             return [self._strings[i] for i in ids]
 
-    def ids(self) -> np.ndarray:
-        """The ids stored, sorted."""
-        return self._vectors.ids()
+    # -- search -----------------------------------------------------------------------------
 
-    def search(self, queries: list[str], k: int, n_candidates: int | None = None,
-               ef: int | None = None, n_threads: int = 1, allow: Any = None,
-               deny: Any = None) -> StringSearchResult:
-        """Top-k strings by exact edit distance among the ``n_candidates`` embedding-nearest
-        (the paper's T), ties by smaller id; ``allow`` / ``deny`` as for vector indexes
-        (the candidates are found among the allowed items)."""
-        queries = check_strings(queries, "queries")
-        k = check_k(k)
+    def _search(self, q: np.ndarray, k: int, n_candidates: int | None = None,
+                ef: int | None = None, n_threads: int = 1,
+                filt: IdFilter | None = None) -> SearchResult:
+        """Top-k by exact edit distance among the ``n_candidates`` embedding-nearest (found
+        among the allowed items), ties by smaller id."""
         T = max(k, 1024) if n_candidates is None else check_int("n_candidates", n_candidates, 1)
-        T = max(T, k)
+        T = min(max(T, k), len(self))
         n_threads = check_threads(n_threads)
-        xq = self.encoder.encode(queries)
-        with self._lock.read():  # candidates and their strings from one state of the index
-            return self._search(queries, xq, k, T, ef, n_threads, allow, deny)
-
-    def _search(self, queries, xq, k, T, ef, n_threads, allow=None,
-                deny=None) -> StringSearchResult:
-        nq = len(queries)
-        ids = np.full((nq, k), -1, np.int64)
-        dists = np.full((nq, k), PAD_DISTANCE, np.int32)
-        if len(self) == 0:
-            return StringSearchResult(ids, dists)
-        params: dict[str, Any] = {}
+        queries = q.tolist()
+        params: dict[str, Any] = {} if filt is None else filt.kwargs()
         if "ef" in self._vectors.search_params:
-            params["ef"] = max(T, ef or 0)
+            params["ef"] = max(T, 0 if ef is None else check_int("ef", ef, 1))
         if "n_threads" in self._vectors.search_params:
             params["n_threads"] = n_threads
-        cand = self._vectors.search(xq, min(T, len(self)), allow=allow, deny=deny,
-                                    **params).ids
+        cand = self._vectors.search(self.encoder.encode(queries), T, **params).ids
+        nq = len(queries)
+        ids = np.full((nq, k), -1, np.int64)
+        dists = np.full((nq, k), np.inf, np.float32)
         strings = self._strings
         for r in range(nq):
             c = cand[r][cand[r] >= 0]
-            texts = [strings[i] for i in c.tolist()]
             # candidates come nearest first, so the running cutoff tightens early: measured
             # 3x faster than plain distances on proteins; the top k are exact
-            d = distances_with_cutoff(queries[r], texts, k, RERANK_BLOCK)
+            d = distances_with_cutoff(queries[r], [strings[i] for i in c.tolist()], k,
+                                      RERANK_BLOCK)
             order = np.lexsort((c, d))[:k]
             ids[r, : order.size] = c[order]
             dists[r, : order.size] = d[order]
-        return StringSearchResult(ids, dists)
+        return SearchResult(ids, dists)
 
-    # -- persistence --------------------------------------------------------------------------
+    def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
+                         **params: Any) -> SearchResult:
+        return self._search(q, k, filt=filt, **params)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """One checksummed file written atomically: the encoder's weights, the strings (UTF-8
-        with offsets), their ids, and the vector index's own file as bytes."""
-        with self._lock.read():
-            enc_header, enc_arrays = self.encoder._state()
-            ids = np.fromiter(self._strings.keys(), np.int64, count=len(self))
-            blobs = [s.encode("utf-8") for s in self._strings.values()]
-            offsets = np.zeros(len(blobs) + 1, np.int64)
-            np.cumsum([len(b) for b in blobs], out=offsets[1:])
-            vbytes = np.frombuffer(self._vectors.to_bytes(), np.uint8)
-            header = {
-                "class": FILE_CLASS, "metric": "edit", "dim": self.encoder.dim,
-                "count": len(self), "params": {"index": self.index_kind, **self.index_params},
-                "meta": {"encoder": enc_header},
-            }
-            arrays = {f"encoder/{k}": v for k, v in enc_arrays.items()}
-            arrays.update(ids=ids, offsets=offsets,
-                          text=np.frombuffer(b"".join(blobs), np.uint8), vectors=vbytes)
-            write_index_file(path, header, arrays)
+    # -- persistence ------------------------------------------------------------------------
 
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> StringIndex:
-        header, arrays = read_index_file(path)
-        if header.get("class") != FILE_CLASS:
-            raise CorruptIndexError(f"{path} holds a {header.get('class')!r}, not a StringIndex")
-        try:
-            enc_arrays = {k.split("/", 1)[1]: v for k, v in arrays.items()
-                          if k.startswith("encoder/")}
-            encoder = CNNEDEncoder._from_state(header["meta"]["encoder"], enc_arrays, str(path))
-            params = dict(header["params"])
-            obj = cls.__new__(cls)
-            obj.encoder = encoder
-            obj.index_kind = params.pop("index")
-            obj.index_params = params
-            obj._lock = RWLock()
-            obj._vectors = loads_vector_index(arrays["vectors"])
-            text = arrays["text"].tobytes()
-            off = arrays["offsets"]
-            ids = arrays["ids"]
-            obj._strings = {int(i): text[off[j] : off[j + 1]].decode("utf-8")
-                            for j, i in enumerate(ids.tolist())}
-        except CorruptIndexError:
-            raise
-        except Exception as exc:
-            raise CorruptIndexError(f"{path} could not be restored as a StringIndex: {exc}") \
-                from None
-        if len(obj._strings) != header["count"] or len(obj._vectors) != header["count"]:
-            raise CorruptIndexError(f"{path}: header says {header['count']} strings, found "
-                                    f"{len(obj._strings)} strings and {len(obj._vectors)} vectors")
-        return obj
+    def _get_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """The encoder's weights, the strings (UTF-8 with offsets, in id order) and the vector
+        index's own file as bytes."""
+        if self.encoder is None:
+            return {}, {}
+        enc_header, enc_arrays = self.encoder._state()
+        ids = self._idset.sorted
+        blobs = [self._strings[i].encode("utf-8") for i in ids.tolist()]
+        offsets = np.zeros(len(blobs) + 1, np.int64)
+        np.cumsum([len(b) for b in blobs], out=offsets[1:])
+        arrays = {f"encoder/{k}": v for k, v in enc_arrays.items()}
+        arrays.update(offsets=offsets, text=np.frombuffer(b"".join(blobs), np.uint8),
+                      vectors=np.frombuffer(self._vectors.to_bytes(), np.uint8))
+        return {"encoder": enc_header}, arrays
+
+    def _set_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        if "encoder" not in meta:
+            return
+        enc_arrays = {k.split("/", 1)[1]: v for k, v in arrays.items()
+                      if k.startswith("encoder/")}
+        self._train(CNNEDEncoder._from_state(meta["encoder"], enc_arrays, "the encoder"))
+        self._vectors = loads_vector_index(arrays["vectors"])
+        text, off = arrays["text"].tobytes(), arrays["offsets"]
+        ids = self._idset.sorted.tolist()
+        if off.shape != (len(ids) + 1,):
+            raise ValueError("the string offsets do not match the ids held")
+        self._strings = {i: text[off[j] : off[j + 1]].decode("utf-8") for j, i in enumerate(ids)}
+        if not np.array_equal(self._vectors.ids(), self._idset.sorted):
+            raise ValueError("the embeddings' ids do not match the strings' ids")
+
+
+def restore_legacy(header: dict, arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """The (header, arrays) of a file written before StringIndex was an ordinary kind, in the
+    form it has now (a node's string collections keep their snapshots across the change)."""
+    if header.get("class") == "string-collection":  # an untrained collection's index
+        return {"class": "strings", "dim": 0, "metric": "edit", "params": header["params"],
+                "next_id": 0, "trained": False, "count": 0, "meta": {}}, \
+            {"__ids__": np.empty(0, np.int64)}
+    ids = np.asarray(arrays.pop("ids"), np.int64)
+    order = np.argsort(ids, kind="stable")
+    text, off = arrays.pop("text").tobytes(), arrays.pop("offsets")
+    blobs = [text[off[j] : off[j + 1]] for j in order.tolist()]
+    offsets = np.zeros(len(blobs) + 1, np.int64)
+    np.cumsum([len(b) for b in blobs], out=offsets[1:])
+    vectors = loads_vector_index(arrays["vectors"])
+    arrays.update(__ids__=ids[order], offsets=offsets,
+                  text=np.frombuffer(b"".join(blobs), np.uint8))
+    params = dict(header["params"])
+    params.setdefault("encoder", {})
+    return {"class": "strings", "dim": 0, "metric": "edit", "params": params,
+            "next_id": vectors.next_id, "trained": True, "count": header["count"],
+            "meta": {"encoder": header["meta"]["encoder"]}}, arrays
