@@ -449,7 +449,7 @@ class Index:
         check_result_size(len(q), k)
         filt = parse_filter(allow, deny, len(q))
         per_query = {name: v for name, v in params.items()
-                     if isinstance(v, (list, tuple, np.ndarray))}
+                     if isinstance(v, (list, tuple, np.ndarray))} if params else None
         if per_query:
             return self._search_per_query(q, k, filt, params, per_query)
         locked = not self.lock_free_search

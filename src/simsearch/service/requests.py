@@ -6,6 +6,7 @@ response, and returns the answer. ``Client`` (client.py) runs plans over a block
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Generator
 from typing import Any
@@ -127,7 +128,7 @@ class CollectionRequests:
         self.search_params = frozenset(info.search_params)
         self.needs_training = bool(info.needs_training)
 
-    @property
+    @functools.cached_property
     def items(self) -> str:
         """What the collection holds: "vectors", or "strings" (a string index, docs/service.md,
         "String collections"), as its kind's class says; a kind this client does not know
