@@ -30,8 +30,7 @@ lint: $(PY)
 # the API reference, from the docstrings (tests/test_docs.py builds the same modules)
 API_MODULES := simsearch simsearch.aio simsearch.lsh simsearch.quant simsearch.graph \
 	simsearch.pyramid simsearch.strings simsearch.service.client simsearch.service.embedded \
-	simsearch.integrations.langchain simsearch.integrations.llamaindex simsearch.errors \
-	simsearch.service.errors
+	simsearch.integrations.langchain simsearch.integrations.llamaindex simsearch.service.errors
 docs: $(PY)
 	$(VENV)/bin/pdoc -o site/api $(API_MODULES)
 

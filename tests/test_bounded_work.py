@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import simsearch as ss
-from contract import CASES
+from contract import CASES, dim_of, items_of
 from simsearch.errors import InvalidParameterError, SimsearchError
 
 BAD_VALUES = ["x", 1.5, -5, 0, [1], None, True, 10**12, {"a": 1}]
@@ -25,9 +25,8 @@ def test_the_issue_case_is_refused_in_process():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_search_parameters_are_typed(case):
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((400, 16)).astype(np.float32)
-    idx = case.make(16, case.metrics[0], x)
+    x, _ = items_of(case, 400, 3, 16, 0)
+    idx = case.make(dim_of(case, 16), case.metrics[0], x)
     idx.add(x)
     for name in sorted(idx.search_params):
         for value in BAD_VALUES:

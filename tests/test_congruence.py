@@ -16,8 +16,16 @@ pytest.importorskip("grpc")
 
 DIM, K = 12, 7
 _names = itertools.count()
+#: every kind a node's collection can hold (a cluster's are pyramids: the test below; strings:
+#: test_strings_answer_the_same_everywhere), small enough to build in a moment
 KINDS = [("flat", "l2", {}), ("flat", "cosine", {}), ("hnsw", "ip", {"M": 16}),
-         ("norm-scan", "ip", {})]
+         ("norm-scan", "ip", {}), ("norm-ivf", "ip", {"n_lists": 4}),
+         ("ipnsw-plus", "ip", {"M": 8, "n_threads": 1, "progress": False}),
+         ("nr-lsh", "ip", {"n_bits": 16, "n_ranges": 4}), ("simple-lsh", "ip", {"n_bits": 16}),
+         ("neq", "ip", {"base": "pq", "n_codebooks": 4, "nbits": 4, "keep_vectors": True,
+                        "progress": False}),
+         ("auto", "ip", {"candidates": ["flat", "norm-scan"], "n_eval": 20, "progress": False}),
+         ("pyramid", "l2", {"n_centers": 8, "n_partitions": 2, "sub_index": "flat"})]
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +67,8 @@ def calls(col, x, q, attrs):
 def test_the_same_calls_answer_the_same_everywhere(kind, metric, params, data, clients):
     x, q, attrs = data
     ref = ss.create_index(kind, DIM, metric, **params)
+    if ref.needs_training:
+        ref.train(x)
     ref.add(x[:200])
     ref.add(x[200:], ids=np.arange(1000, 1100))
     ref.remove(np.arange(0, 200, 7))
@@ -66,6 +76,8 @@ def test_the_same_calls_answer_the_same_everywhere(kind, metric, params, data, c
     answers = {}
     for where, c in clients.items():
         col = c.create_collection(f"c{next(_names)}", DIM, metric, kind, **params)
+        if ref.needs_training:
+            col.train(x)
         answers[where] = calls(col, x, q, attrs)
     first = answers["memory"]
     assert first[0][0] == len(ref)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,8 @@ from .fanout import search_parts
 from .parts import RemotePart, RouterBehindError
 
 log = logging.getLogger(__name__)
+#: a collection's blobs: its router model and its router checkpoints (checkpoints.py)
+_BLOB_OWNER = re.compile(r"(.+)\.(?:model|router\.\d+(?:\.\d+)?)")
 
 # -- hedging and deadline settings (docs/cluster.md, "Failures and stragglers"), named here so
 # they are tuned in one place; ShardPool's hedge_fraction (extra calls per primary call) is the
@@ -221,9 +224,21 @@ class ShardPool:
             self._recovering.discard(sid)
 
     def _drop_orphans(self, sid: int) -> None:
-        """Delete the part replicas on ``sid`` that no collection's map lists any more (a
-        collection dropped while the shard was away): they would otherwise stay for good."""
+        """Delete the part replicas on ``sid`` that no collection's map lists any more, and the
+        router models and checkpoints of collections that have no map (dropped while the shard
+        was away; a collection is placed before either is written): they would otherwise stay
+        for good."""
         cli = self.client(sid)
+        for blob in cli.list_blobs():
+            owner = _BLOB_OWNER.fullmatch(blob["name"])
+            if owner is None or self.state.refresh(f"map/{owner[1]}")[0]:
+                continue  # not a collection's, or its collection is placed: kept
+            try:
+                log.warning("deleting %s on shard %d: no collection of that name", blob["name"],
+                            sid)
+                cli.delete_blob(blob["name"])
+            except Exception as exc:  # the shard went away: next time
+                log.warning("could not delete %s on shard %d: %s", blob["name"], sid, exc)
         for name in cli.list_collections():
             collection, dot, j = name.rpartition(".p")
             if not (dot and j.isdigit()):
