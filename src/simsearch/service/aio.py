@@ -148,21 +148,21 @@ class AsyncClient(ClientRequests):
 class AsyncCollection(CollectionRequests):
     """``RemoteCollection``'s surface with coroutine methods (``count()`` for ``len``).
 
-    >>> import numpy as np, simsearch as ss
-    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
-    >>> import asyncio, tempfile
-    >>> import simsearch.aio
+    >>> import asyncio, tempfile, numpy as np, simsearch.aio
     >>> from simsearch.service.server import create_server
-    >>> server = create_server(tempfile.mkdtemp(), port=0)
-    >>> async def main():
-    ...     async with simsearch.aio.connect(f"127.0.0.1:{server.port}") as client:
-    ...         col = await client.create_collection("docs", 16, "l2", "flat")
-    ...         await col.add(x[:20], attributes={"n": list(range(20))})
-    ...         got = await col.get(where={"n": {"gte": 18}})
-    ...         return got["ids"].tolist(), await col.remove([18]), await col.count()
-    >>> asyncio.run(main())
-    ([18, 19], 1, 19)
-    >>> server.stop()
+    >>> node = create_server(tempfile.mkdtemp(), port=0)
+    >>> async def items_left(address: str):
+    ...     client = simsearch.aio.connect(address)
+    ...     col = await client.create_collection("docs", 2, "l2", "flat")
+    ...     await col.add(np.eye(2, dtype="float32"), attributes={"n": [1, 2]})
+    ...     selected = (await col.get(where={"n": 2}))["ids"].tolist()
+    ...     removed = await col.remove([0])
+    ...     left = await col.count()
+    ...     await client.close()
+    ...     return selected, removed, left
+    >>> asyncio.run(items_left(f"127.0.0.1:{node.port}"))
+    ([1], 1, 1)
+    >>> node.stop()
     """
 
     def __repr__(self) -> str:
