@@ -145,9 +145,13 @@ def _sweep(name, search, knob, values, ds, gt) -> list[dict]:
 
 
 def _pick(rows: list[dict]) -> dict:
+    """The fastest row reaching TARGET; else the best recall, saying that it falls short."""
     ok = [r for r in rows if r["recall@10"] >= TARGET]
-    return max(ok, key=lambda r: r["QPS (1 thread)"]) if ok else max(
-        rows, key=lambda r: r["recall@10"])
+    if ok:
+        return max(ok, key=lambda r: r["QPS (1 thread)"])
+    best = dict(max(rows, key=lambda r: r["recall@10"]))
+    best["params"] += f" (best reached; below {TARGET})"
+    return best
 
 
 def _dense(out: Path) -> list[dict]:
@@ -185,12 +189,12 @@ def _dense(out: Path) -> list[dict]:
             rows = _sweep(f"auto -> {auto.chosen}", lambda q, v, a=auto: a.search(q, K).ids,
                           "-", [None], ds, gt)
         rows[0]["params"] = "chosen defaults"
-        picked.append(rows[0])
+        picked.append(_pick(rows))
         series["auto"] = [(rows[0]["recall@10"], rows[0]["QPS (1 thread)"])]
         for r in picked:
             r["dataset"] = name
-        print(f"\n## {name} (ip), {n:,} x {d}: fastest setting with recall@10 >= {TARGET}, "
-              "one thread")
+        print(f"\n## {name} (ip), {n:,} x {d}: fastest setting with recall@10 >= {TARGET} "
+              "(or the best recall, marked), one thread")
         print(markdown_table(picked, ["index", "params", "recall@10", "QPS (1 thread)"]))
         print(f"\nauto_index chose {auto.chosen} in {took:.0f} s:")
         print(auto.report)

@@ -448,8 +448,8 @@ class Index:
         q = self.check_items(q, "queries")
         check_result_size(len(q), k)
         filt = parse_filter(allow, deny, len(q))
-        per_query = {name: v for name, v in params.items()
-                     if isinstance(v, (list, tuple, np.ndarray))} if params else None
+        per_query = {name: v for name, v in params.items() if isinstance(v, (list, tuple)) or
+                     (isinstance(v, np.ndarray) and v.ndim)} if params else None
         if per_query:
             return self._search_per_query(q, k, filt, params, per_query)
         locked = not self.lock_free_search
