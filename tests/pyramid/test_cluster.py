@@ -412,8 +412,10 @@ def test_a_dropped_collection_never_comes_back(cluster_factory, data):
     gone.train(base)
     cl.signal_shard(0, signal.SIGSTOP)
     try:
+        t0 = time.monotonic()
         client.drop_collection("docs")  # shard 0 keeps its copies: it cannot be told
         client.drop_collection("gone")
+        print(f"two drops with a shard paused: {time.monotonic() - t0:.1f} s")
     finally:
         cl.signal_shard(0, signal.SIGCONT)
     new = client.create_collection("docs", DIM, "l2", "pyramid", **PARAMS)

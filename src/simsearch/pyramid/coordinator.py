@@ -339,8 +339,9 @@ class Coordinator(Rebalancing):
                     log.warning("could not drop %s on shard %d: %s", part, sid, exc)
             self.pool.parts.pop(part, None)
         for sid in (router_meta or {}).get("holders", []):
-            for blob in checkpoint_blobs(router_meta):
-                with contextlib.suppress(Exception):
+            for blob in checkpoint_blobs(router_meta):  # as briefly: a paused holder held a
+                with contextlib.suppress(Exception), \
+                        call_deadline(time.monotonic() + DROP_TIMEOUT):  # drop for its timeout
                     self.pool.client(sid).delete_blob(blob)
 
     def collect(self):
