@@ -267,3 +267,13 @@ def test_error_types_cross_the_wire(node):
 )
 def test_status_code_table(exc, code):
     assert code_for(exc) == code
+
+
+def test_a_passed_on_status_keeps_its_code():
+    """An error a client raised for a server's status its classes do not name (a ServiceError
+    given the code) keeps that code when a coordinator passes it on; the one table gave
+    UNKNOWN for CANCELLED here before code_for read the given code."""
+    from simsearch.service.errors import ServiceError
+
+    assert code_for(ServiceError("a shard cancelled the call", "CANCELLED")) == "CANCELLED"
+    assert code_for(ServiceError("no code given")) == "UNKNOWN"

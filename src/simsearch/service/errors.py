@@ -132,7 +132,11 @@ STATUS: dict[type[BaseException], str] = {
 
 
 def code_for(exc: BaseException) -> str:
-    """The status code name for an exception the servicer caught."""
+    """The status code name for an exception the servicer caught: the code a ServiceError was
+    given (one a server sent, passed on by a coordinator), else its class's in STATUS."""
+    given = getattr(exc, "_code", None)
+    if isinstance(exc, ServiceError) and given:
+        return given
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]
