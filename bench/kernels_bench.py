@@ -64,7 +64,7 @@ def graph_rows() -> list[dict]:
     ds = datasets.load("glove-50", n_base=100_000, n_queries=1000)
     idx = ss.create_index("ipnsw-plus", 50, "ip", M=16, progress=False, sq8=True)
     idx.add(ds.base)
-    flat = ss.create_index("ipnsw-plus", 50, "ip", M=16, progress=False)
+    flat = ss.create_index("ipnsw-plus", 50, "ip", M=16, progress=False, sq8=False)
     flat.add(ds.base)
     q = ds.queries
     label = "ip-NSW+ walk (glove-50 100k, ef 64)"

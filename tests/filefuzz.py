@@ -35,7 +35,7 @@ KINDS = {
     "nr-lsh": ("nr-lsh", "ip", {"n_ranges": 4}),
     "neq": ("neq", "ip", {"n_codebooks": 2, "nbits": 4, "fast_scan": True}),
     "ipnsw-plus": ("ipnsw-plus", "ip", {"M": 8}),
-    "ipnsw-plus-sq8": ("ipnsw-plus", "ip", {"M": 8, "sq8": True}),
+    "ipnsw-plus-float": ("ipnsw-plus", "ip", {"M": 8, "sq8": False}),
     "pyramid": ("pyramid", "ip", {"n_centers": 8, "n_partitions": 2, "mips_replicas": 4,
                                   "sub_index": "flat"}),
 }

@@ -116,7 +116,8 @@ def graph_data():
 @pytest.mark.parametrize("isa", ISAS)
 def test_graph_walk_equals_numba(isa, graph_data):
     x, q = graph_data
-    idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, n_threads=1, progress=False)
+    idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, n_threads=1, progress=False,
+                          sq8=False)
     idx.add(x)
     ref = idx.search_reference(q, 10, ef=40)
     with simd.use_isa(isa):

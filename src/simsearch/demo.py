@@ -114,7 +114,7 @@ def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
         ("hnswlib (ip-NSW)", simple(lambda: HNSWIndex(d, "ip", M=16, ef_construction=100),
                                     "ef"), "ef", efs),
         ("faiss HNSW", faiss_hnsw(d, 16, 100), "ef", efs),
-        ("ip-NSW+", simple(lambda: IPNSWPlus(d, "ip", M=16, progress=False), "ef"), "ef", efs),
+        ("ip-NSW+", simple(lambda: IPNSWPlus(d, progress=False), "ef"), "ef", efs),  # defaults
         ("NR-LSH", simple(lambda: NormRangingLSH(d, "ip", n_bits=16, n_ranges=32),
                           "n_probe_items"), "n_probe_items", [max(K, int(f * n)) for f in fr]),
         ("NEQ (PQ, rerank)", simple(neq, "rerank"), "rerank", [10, 20, 50, 100, 200, 500]),

@@ -33,13 +33,14 @@ def test_short_soak_loses_nothing(tmp_path):
 def test_memory_is_flat_across_snapshots_under_search_load(server_factory):
     """An HNSW collection churned under search load and snapshotted every few MB: the server's
     resident memory must not step up with each snapshot (the 10-minute soak saw +10 MiB per
-    snapshot until large allocations were fixed to mmap)."""
+    snapshot until large allocations were fixed to mmap). From the fourth snapshot on the live
+    set is at its cap of 20,000 items, so what grows after it is the snapshots' doing."""
     import threading
     import time
 
     import numpy as np
 
-    server = server_factory("--snapshot-wal-bytes", "3000000")
+    server = server_factory("--snapshot-wal-bytes", "2000000")
     col = server.client().create_collection("s", 32, "l2", "hnsw", M=16, ef_construction=64)
     snaps = server.data_dir / "collections" / "s"
 
@@ -78,5 +79,5 @@ def test_memory_is_flat_across_snapshots_under_search_load(server_factory):
         for t in threads:
             t.join(30)
     values = list(seen.values())
-    assert len(values) >= 6, f"only {len(values)} snapshots were made"
-    assert values[-1] - values[2] < 6, f"resident MiB per snapshot: {values}"
+    assert len(values) >= 7, f"only {len(values)} snapshots were made"
+    assert values[-1] - values[3] < 6, f"resident MiB per snapshot: {values}"

@@ -136,7 +136,9 @@ class IPNSWPlus(BeamFilterHooks, Index):
     progress : show a tqdm bar while adding.
     sq8 : also keep 8-bit scalar-quantized copies of the vectors (per-dimension range, one byte
         a value) and walk both graphs on them; the beam's best ``rerank`` are then re-scored
-        exactly. A quarter of the bytes read per distance (docs/kernels.md).
+        exactly. A quarter of the bytes read per distance, for d more bytes per item: the
+        default, 1.5-2.4x the float walk's queries/s at equal recall (docs/benchmarks.md,
+        "Defaults that are the fast paths"); False walks the float vectors.
 
     Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
     k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
@@ -174,7 +176,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         seed: int = 0,
         n_threads: int = -1,
         progress: bool = True,
-        sq8: bool = False,
+        sq8: bool = True,
     ):
         M = check_int("M", M, 1, 1024)
         angular_M = check_int("angular_M", angular_M, 2, 1024)
@@ -378,12 +380,14 @@ class IPNSWPlus(BeamFilterHooks, Index):
         a, b = (int(v) for v in ndis.sum(0))
         return SearchResult(ids, scores, stats={"angular": a, "ip": b, "distances": a + b})
 
-    def search_reference(self, q: np.ndarray, k: int, ef: int, sq8: bool = False,
+    def search_reference(self, q: np.ndarray, k: int, ef: int, sq8: bool | None = None,
                          rerank: int | None = None) -> SearchResult:
         """The walk through the numba kernel (graph._kernels.query_block), one thread, angular_ef
-        1: the reference the compiled kernel is tested and measured against. ``sq8`` walks on the
-        decoded 8-bit codes and re-scores the beam's best ``rerank`` (default ef) exactly."""
+        1: the reference the compiled kernel is tested and measured against. ``sq8`` (default:
+        as the index walks) walks on the decoded 8-bit codes and re-scores the beam's best
+        ``rerank`` (default ef) exactly."""
         q = np.ascontiguousarray(q, np.float32)
+        sq8 = self._params["sq8"] if sq8 is None else sq8
         g, n = self._agraph, self._links.shape[0]
         ef = max(ef, k)
         depth = k
