@@ -119,3 +119,33 @@ def test_the_compiled_candidates(longtail):
         got = idx.search(queries[50:], 10).ids
         rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
         assert rec >= 0.9, (name, rec, idx.report)
+
+
+@pytest.fixture(scope="module")
+def longtail_200k():
+    return synthetic_longtail(n=200_000, dim=64, n_queries=400, n_clusters=1000, seed=3)
+
+
+@pytest.mark.parametrize("name", ["norm-ivf", "neq-fast-scan"])
+def test_filtered_recall_keeps_the_target(name, longtail_200k, tmp_path):
+    """Under random allow lists of 50%, 10% and 1% selectivity the chosen index keeps the
+    target on queries it never saw. The defect: the knob was tuned without a filter and the
+    planner's widening by 1/selectivity fell short at 10% (recall@10 0.80 for norm-ivf and 0.81
+    for NEQ here, with the calibration taken out; norm-ivf's lists unwidened: 0.64 on
+    synthetic-longtail 200k in bench/filters/auto_filters.py). The calibration is saved."""
+    base, queries = longtail_200k
+    idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:200], progress=False,
+                        candidates=(name,), sample_size=20000)
+    assert "under random allow lists of 10%" in idx.report
+    idx.save(tmp_path / "auto.idx")
+    idx = ss.load(tmp_path / "auto.idx")
+    held_out = queries[200:]
+    flat = ss.FlatIndex(64, "ip")
+    flat.add(base)
+    rng = np.random.default_rng(11)
+    for s in (0.5, 0.1, 0.01):
+        allow = np.flatnonzero(rng.random(len(base)) < s)
+        got = idx.search(held_out, 10, allow=allow).ids
+        truth = flat.search(held_out, 10, allow=allow).ids
+        rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+        assert rec >= 0.9 - 0.005, (name, s, rec, idx.report)

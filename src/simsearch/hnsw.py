@@ -171,7 +171,7 @@ class HNSWIndex(BeamFilterHooks, Index):
     # beam widened by 1/selectivity
     filter_read_cost = 32.0  # measured: docs/filters.md, "The planner"
 
-    def _filtered_traversal(self, q, k, filt, params):
+    def _filtered_traversal(self, q, k, filt, params, w):
         top = int(self._idset.sorted[-1])
         if top > 4 * len(self) + (1 << 20):  # sparse ids: a table would be too large
             return None

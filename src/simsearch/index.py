@@ -604,10 +604,11 @@ class Index:
         (k, params) returns items without a filter."""
         return min(len(self), int(np.ceil(2 * k * w))), params
 
-    def _filtered_traversal(self, q: np.ndarray, k: int, filt: IdFilter,
-                            params: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    def _filtered_traversal(self, q: np.ndarray, k: int, filt: IdFilter, params: dict,
+                            w: float) -> tuple[np.ndarray, np.ndarray] | None:
         """(ids, scores) padded, from a search that applies ``filt`` inside the index's own
-        traversal; None (the default) to be searched widened and filtered after."""
+        traversal at selectivity about 1/w; None (the default) to be searched widened and
+        filtered after."""
         return None
 
     def _exact_allowed(self, q: np.ndarray, k: int, ids: np.ndarray) -> tuple:
@@ -705,7 +706,7 @@ class Index:
         """Search rows widened by w, keep the allowed answers in ``out``; queue for one more,
         deeper search (``retry``, a dict) the answers found deeper than 1.25 k w, and for the
         exact scan what comes back without an allowed answer (or short from the second)."""
-        own = self._filtered_traversal(q[rows], k, filt.take(rows), params)
+        own = self._filtered_traversal(q[rows], k, filt.take(rows), params, w)
         if own is not None:  # the index filtered inside its own search
             out.ids[rows], out.scores[rows] = own
             kept = (own[0] >= 0).sum(1)

@@ -377,10 +377,14 @@ class NormIVFIndex(Index):
                 n_threads: int = 1) -> SearchResult:
         return self._scan(q, k, n_probe, n_threads)[0]
 
-    def _filtered_traversal(self, q, k, filt, params):
-        """A filter shared by the batch is skipped inside the lists (a mask per position)."""
+    def _filtered_traversal(self, q, k, filt, params, w):
+        """A filter shared by the batch is skipped inside the lists (a mask per position), and
+        w times the lists are visited: as many allowed items as the unfiltered search scores.
+        (With the lists unwidened, recall@10 fell to 0.86 at 50% and 0.64 at 10% selectivity
+        on synthetic-longtail 200k where it was 0.91 without a filter; docs/filters.md.)"""
         if not filt.shared:
             return None
+        params = self._widen(k, w, params)[1]
         allowed = np.zeros(len(self), np.uint8) if filt.allow is not None \
             else np.ones(len(self), np.uint8)
         for ids, v in ((filt.allow, 1), (filt.deny, 0)):
@@ -400,6 +404,13 @@ class NormIVFIndex(Index):
 
     def _traversal_reads(self, k: int, params: dict) -> float:
         return len(self) * min(1.0, params["n_probe"] / max(self.n_lists, 1))
+
+    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        n_probe = params.get("n_probe")
+        if n_probe is None:
+            return min(len(self), int(np.ceil(2 * k * w))), params
+        n_probe = min(self.n_lists, int(np.ceil(n_probe * w)))
+        return min(len(self), int(np.ceil(2 * k * w))), {**params, "n_probe": n_probe}
 
     def scored_fraction(self, q: Any, k: int, n_probe: int | None = None) -> float:
         """The mean fraction of the items a search of q scores (the rest are skipped by the

@@ -457,10 +457,14 @@ class NEQIndex(Index):
         return n * frac * self.code_size / (4.0 * self.dim) + params.get("rerank", 0)
 
     def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
+        """More candidates re-ranked and w times the lists visited: the lists an unwidened
+        search visits hold a share 1/w of the allowed answers."""
         n = len(self)
         kk = min(n, int(np.ceil(2 * k * w)))
         if params.get("rerank"):
             params = {**params, "rerank": min(n, max(kk, int(np.ceil(params["rerank"] * w))))}
+        if params.get("n_probe") is not None and self.n_lists:
+            params = {**params, "n_probe": min(self.n_lists, int(np.ceil(params["n_probe"] * w)))}
         return kk, params
 
     def _scan_rerank(self, q, k, rerank, n_probe, list_ranking, n_threads):
