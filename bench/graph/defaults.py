@@ -19,8 +19,13 @@ import hnswlib
 import numpy as np
 
 from simsearch import datasets
-from simsearch.eval import alternated_best_times, best_time, markdown_table, recall_at_k, \
-    thread_limit
+from simsearch.eval import (
+    alternated_best_times,
+    best_time,
+    markdown_table,
+    recall_at_k,
+    thread_limit,
+)
 from simsearch.graph import IPNSWPlus
 
 K = 10
@@ -67,7 +72,7 @@ def run(name: str, targets: list[float]) -> list[dict]:
             for ef in EFS:
                 rec = recall_at_k(search(q, ef), gi, K, gt_scores=gs, queries=q, base=ds.base,
                                   metric="ip")
-                sweep.append((ef, rec, len(q) / best_time(lambda ef=ef: search(q, ef), 2)))
+                sweep.append((ef, rec, len(q) / best_time(lambda ef=ef, s=search: s(q, ef), 2)))
                 if rec >= max(targets) + 0.02:
                     break
         log(f"{name}: {label} built in {took:.1f} s")
