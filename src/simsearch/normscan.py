@@ -49,11 +49,8 @@ class _Tail:
     rows). ``lists`` carries NormIVF's list of each row (unused by NormScan)."""
 
     def __init__(self, dim: int):
-        self.n = 0
-        self.x = np.empty((0, dim), np.float32)
-        self.ids = np.empty(0, np.int64)
-        self.norms = np.empty(0, np.float32)
-        self.lists = np.empty(0, np.int64)
+        self.dim = dim
+        self.clear()
 
     def append(self, x: np.ndarray, ids: np.ndarray, lists: np.ndarray | None = None) -> None:
         n, m = self.n, x.shape[0]
@@ -84,7 +81,15 @@ class _Tail:
         self.n = m
 
     def clear(self) -> None:
+        """Empty, its capacity given back (a bulk load passes through here: twice its rows)."""
         self.n = 0
+        self.x = np.empty((0, self.dim), np.float32)
+        self.ids = np.empty(0, np.int64)
+        self.norms = np.empty(0, np.float32)
+        self.lists = np.empty(0, np.int64)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.x, self.ids, self.norms, self.lists))
 
     def full(self, sorted_items: int) -> bool:
         """Time to merge: past the threshold, or the first rows of an empty store (a bulk load
@@ -180,6 +185,10 @@ class NormScanIndex(Index):
 
     def _search(self, q: np.ndarray, k: int, max_items: int | None = None) -> SearchResult:
         return self._scan(q, k, max_items)[0]
+
+    def memory_bytes(self) -> int:
+        """Bytes held: the vectors in norm order, their ids and norms, and the tail."""
+        return int(self._x.nbytes + self._ids.nbytes + self._norms.nbytes + self._tail.nbytes())
 
     # filtered search: allowed rows gathered in norm order keep the stop (docs/filters.md)
     def _exact_under(self, params: dict) -> bool:
@@ -376,6 +385,13 @@ class NormIVFIndex(Index):
     def _search(self, q: np.ndarray, k: int, n_probe: int | None = None,
                 n_threads: int = 1) -> SearchResult:
         return self._scan(q, k, n_probe, n_threads)[0]
+
+    def memory_bytes(self) -> int:
+        """Bytes held: the vectors by list and norm, their ids, norms and lists, the centroids
+        and the tail."""
+        own = (self._x, self._ids, self._norms, self._lists, self._offsets, self._list_norm,
+               self._centroids)
+        return int(sum(a.nbytes for a in own) + self._tail.nbytes())
 
     def _filtered_traversal(self, q, k, filt, params, w):
         """A filter shared by the batch is skipped inside the lists (a mask per position), and
