@@ -8,8 +8,8 @@ Per dataset, every method sweeps its knob over the same scored queries and the t
 target, the fastest measured setting whose recall@10 reaches it (no interpolation). simsearch:
 ip-NSW+ (float and sq8 walks), NEQ 4-bit fast-scan, norm-ivf, norm-scan (the kernels before
 and after: bench/kernels_bench.py). Peers: ScaNN (tree + AH + reorder), faiss HNSW, faiss
-HNSW-SQ8 + refine (faiss's RaBitQ graph takes L2 only), faiss IVFPQFastScan + refine, faiss IVF-RaBitQ fast-scan + refine, hnswlib, usearch, glass (SQ8 walk +
-FP32 refine). Then
+HNSW-SQ8 + refine (faiss's RaBitQ graph takes L2 only), faiss IVFPQFastScan + refine, faiss
+IVF-RaBitQ fast-scan + refine, hnswlib, usearch, glass (SQ8 walk + FP32 refine). Then
 ``auto_index`` at each target is given 200 random queries as its sample and scored on the
 others, like every method here (ml100k-svd: 743 scored queries; glove-50: 100,000 base words).
 A plot per dataset goes to docs/img/peers-<dataset>.png.
@@ -153,7 +153,7 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
             "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, sq8=True),
             lambda v: {"ef": v}), EFS),
         ("simsearch ip-NSW+ M=32 (float walk)", index_builder(lambda: ss.create_index(
-            "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False),
+            "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, sq8=False),
             lambda v: {"ef": v}), EFS),
         ("simsearch NEQ fast-scan", neq, PAIRS),
         ("simsearch norm-ivf", index_builder(
