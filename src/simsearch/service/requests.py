@@ -25,7 +25,7 @@ from ..index import (
     higher_is_better,
     index_class,
 )
-from ..strings._alphabet import check_strings
+from ..strings import string_batch
 
 #: bytes kept free in every request for everything but the payload
 _REQUEST_OVERHEAD = 4096
@@ -141,10 +141,7 @@ class CollectionRequests:
     def _check_items(self, x: Any, what: str = "vectors") -> Any:
         """A row-indexable batch: a float32 matrix, or an object array of str."""
         if self.items == "strings":
-            texts = [x] if isinstance(x, str) else check_strings(x, what, allow_empty=True)
-            out = np.empty(len(texts), object)
-            out[:] = texts
-            return out
+            return string_batch(x, what)
         return as_matrix(x, self.dim, self.metric, what)
 
     def _row_bytes(self, x: Any) -> int:

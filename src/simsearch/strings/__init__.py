@@ -9,7 +9,7 @@ Also the CGK embedding baseline (:class:`CGKEncoder`, :func:`hamming_search`) an
 reference (:func:`brute_force_search`). Needs the ``strings`` extra (torch, rapidfuzz).
 """
 
-from ._alphabet import Alphabet, InvalidStringError, UnknownCharacterError
+from ._alphabet import Alphabet, InvalidStringError, UnknownCharacterError, string_batch
 from .brute import brute_force_search, edit_distance_matrix
 from .cgk import CGKEncoder, hamming_search
 from .encoder import CNNEDEncoder
@@ -25,4 +25,5 @@ __all__ = [
     "brute_force_search",
     "edit_distance_matrix",
     "hamming_search",
+    "string_batch",
 ]

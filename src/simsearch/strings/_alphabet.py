@@ -47,6 +47,15 @@ def check_strings(strings: Any, what: str = "strings", allow_empty: bool = False
     return list(strings)
 
 
+def string_batch(x: Any, what: str = "strings") -> np.ndarray:
+    """A batch of strings as a 1-d object array: a str is one item, else a list (or array) of
+    str, possibly empty."""
+    texts = [x] if isinstance(x, str) else check_strings(x, what, allow_empty=True)
+    out = np.empty(len(texts), object)
+    out[:] = texts
+    return out
+
+
 class Alphabet:
     """A fixed, sorted set of characters; character i is coded i + 1 (0 pads).
 

@@ -22,7 +22,7 @@ from ..index import (
     register,
 )
 from ..index import loads as loads_vector_index
-from ._alphabet import check_strings
+from ._alphabet import string_batch
 from .brute import distances_with_cutoff
 from .encoder import CNNEDEncoder
 
@@ -102,10 +102,7 @@ class StringIndex(Index):
 
     def check_items(self, x: Any, what: str = "strings") -> np.ndarray:
         """A str is one item; else a list (or array) of str, as an object array."""
-        texts = [x] if isinstance(x, str) else check_strings(x, what, allow_empty=True)
-        out = np.empty(len(texts), object)
-        out[:] = texts
-        return out
+        return string_batch(x, what)
 
     def item_bytes(self, x: np.ndarray) -> bytes:
         return json.dumps(list(x)).encode()
