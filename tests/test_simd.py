@@ -183,3 +183,25 @@ def test_sq8_codes_cover_every_value(graph_data):
     n = len(x)
     dec = idx._vmin + idx._vstep * idx._codes[:n].astype(np.float32)
     assert np.all(np.abs(dec - x) <= idx._vstep / 2 + 1e-6)
+
+
+def test_sq8_growing_values_reencode_rarely(monkeypatch):
+    """Adds whose values keep growing (a stream, one item at a time) re-encode every code only
+    a logarithmic number of times. The defect: each add that widened a range re-encoded all
+    codes, so a growing stream cost O(n) per add (200 full re-encodes for 200 adds here)."""
+    from simsearch.graph import ipnsw_plus
+
+    full = []
+    real = ipnsw_plus.sq8_encode
+    monkeypatch.setattr(ipnsw_plus, "sq8_encode",
+                        lambda x, lo, step: full.append(len(x)) or real(x, lo, step))
+    idx = ss.create_index("ipnsw-plus", 4, "ip", M=4, progress=False)
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        idx.add((rng.random((1, 4)) + i).astype(np.float32))
+        if i > 0:  # every value is still decoded to within half a step
+            n = len(idx)
+            dec = idx._vmin + idx._vstep * idx._codes[:n].astype(np.float32)
+            assert np.all(np.abs(dec - idx._xb[:n]) <= idx._vstep / 2 + 1e-5)
+    reencodes = sum(1 for m in full if m > 1)
+    assert reencodes <= 4 * np.ceil(np.log(200) / np.log(1.25)), reencodes  # per dimension

@@ -295,7 +295,9 @@ class IPNSWPlus(BeamFilterHooks, Index):
 
     def _encode_sq8(self, start: int, stop: int) -> None:
         """Codes for positions start..stop-1; when they widen a dimension's range every code is
-        re-encoded (values are never clipped)."""
+        re-encoded (values are never clipped). A widened side gets a quarter of the range as
+        headroom: values that keep growing (a stream of adds) re-encode a logarithmic number
+        of times, not at every add."""
         new = self._xb[start:stop]
         lo, hi = new.min(axis=0), new.max(axis=0)
         if start:
@@ -303,7 +305,9 @@ class IPNSWPlus(BeamFilterHooks, Index):
             if np.all(lo >= old_lo) and np.all(hi <= old_hi):
                 self._codes[start:stop] = sq8_encode(new, self._vmin, self._vstep)
                 return
-            lo, hi = np.minimum(lo, old_lo), np.maximum(hi, old_hi)
+            room = 0.25 * (np.maximum(hi, old_hi) - np.minimum(lo, old_lo))
+            lo = np.where(lo < old_lo, lo - room, old_lo)
+            hi = np.where(hi > old_hi, hi + room, old_hi)
         vstep = np.maximum(hi - lo, 1e-30).astype(np.float32) / np.float32(255.0)
         codes = sq8_encode(self._xb[:stop], lo.astype(np.float32), vstep)
         # searches in flight read (codes, vmin, vstep) together: publish a new array
