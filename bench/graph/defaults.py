@@ -15,10 +15,8 @@ import argparse
 import sys
 import time
 
-import hnswlib
-import numpy as np
-
 from simsearch import datasets
+from simsearch.demo import K, hnswlib_ip, index_builder
 from simsearch.eval import (
     alternated_best_times,
     best_time,
@@ -28,7 +26,6 @@ from simsearch.eval import (
 )
 from simsearch.graph import IPNSWPlus
 
-K = 10
 EFS = [10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128, 192, 256]
 LOADS = {"synthetic-longtail": {"n": 100_000, "n_queries": 1000},
          "glove-50": {"n_base": 100_000, "n_queries": 1000}}
@@ -39,22 +36,10 @@ def log(msg: str) -> None:
 
 
 def builders(d: int):
-    def ours(x):
-        idx = IPNSWPlus(d, progress=False)
-        idx.add(x)
-        return lambda q, ef: idx.search(q, K, ef=ef).ids, idx.memory_bytes
-
-    def peer(x):
-        h = hnswlib.Index("ip", d)
-        h.init_index(len(x), M=16, ef_construction=200, random_seed=0)
-        h.add_items(x, np.arange(len(x)), num_threads=2)
-
-        def search(q, ef):
-            h.set_ef(max(ef, K))
-            return h.knn_query(q, K, num_threads=1)[0].astype(np.int64)
-        return search, h.index_file_size
-
-    return {"simsearch IPNSWPlus(d)": ours, "hnswlib (M=16, ef_construction=200)": peer}
+    """label -> build(x) -> search(q, ef) -> ids, with its ``memory``."""
+    ours = index_builder(lambda: IPNSWPlus(d, progress=False), lambda ef: {"ef": ef})
+    return {"simsearch IPNSWPlus(d)": ours,
+            "hnswlib (M=16, ef_construction=200)": hnswlib_ip(d, 16, 200)}
 
 
 def run(name: str, targets: list[float]) -> list[dict]:
@@ -64,7 +49,7 @@ def run(name: str, targets: list[float]) -> list[dict]:
     searches, rows = {}, []
     for label, build in builders(d).items():
         t = time.perf_counter()
-        search, memory = build(ds.base)
+        search = build(ds.base)
         took = time.perf_counter() - t
         searches[label] = search
         sweep = []
@@ -83,7 +68,7 @@ def run(name: str, targets: list[float]) -> list[dict]:
                          "ef": None if best is None else best[0],
                          "recall@10": None if best is None else best[1],
                          "q/s (sweep)": None if best is None else best[2],
-                         "build s": took, "bytes/item": memory() / n})
+                         "build s": took, "bytes/item": search.memory() / n})
     for target in targets:
         pair = [r for r in rows if r["dataset"] == name and r["target"] == target]
         if any(r["ef"] is None for r in pair):

@@ -27,7 +27,7 @@ import numpy as np
 
 import simsearch as ss
 from simsearch import auto_index, datasets
-from simsearch.demo import faiss_hnsw, index_builder, scann_tree
+from simsearch.demo import faiss_hnsw, hnswlib_ip, index_builder, scann_tree
 from simsearch.eval import (
     alternated_best_times,
     best_time,
@@ -96,19 +96,6 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
         search.memory = lambda: faiss.serialize_index(idx).nbytes
         return search
 
-    def hnswlib_(x):
-        import hnswlib
-
-        h = hnswlib.Index("ip", d)
-        h.init_index(len(x), M=16, ef_construction=200, random_seed=0)
-        h.add_items(x, np.arange(len(x)), num_threads=2)
-
-        def search(q, ef):
-            h.set_ef(max(ef, K))
-            return h.knn_query(q, K, num_threads=1)[0].astype(np.int64)
-        search.memory = h.index_file_size
-        return search
-
     def usearch_(x):
         from usearch.index import Index
 
@@ -166,7 +153,7 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
         ("faiss HNSW-SQ8 + refine", faiss_hnsw_sq8, EFS),
         ("faiss IVFPQFastScan + refine", faiss_ivf(f"IVF{nl},PQ{m4}x4fs,RFlat"), PAIRS),
         ("faiss IVF-RaBitQ fast-scan + refine", faiss_ivf(f"IVF{nl},RaBitQfs,RFlat"), PAIRS),
-        ("hnswlib", hnswlib_, EFS),
+        ("hnswlib", hnswlib_ip(d), EFS),
         ("usearch", usearch_, EFS),
         ("glass (SQ8 + refine)", glass_, EFS),
     ]

@@ -64,6 +64,24 @@ def faiss_hnsw(d: int, M: int, ef_construction: int) -> Callable:
     return build
 
 
+def hnswlib_ip(d: int, M: int = 16, ef_construction: int = 200) -> Callable:
+    """build(x) -> search(q, ef) -> ids for hnswlib under inner product (ip-NSW; its README's
+    build by default); the search carries the index's ``memory`` in bytes."""
+    def build(x):
+        import hnswlib
+
+        h = hnswlib.Index("ip", d)
+        h.init_index(len(x), M=M, ef_construction=ef_construction, random_seed=0)
+        h.add_items(x, np.arange(len(x)), num_threads=2)
+
+        def search(q, ef):
+            h.set_ef(max(ef, K))
+            return h.knn_query(q, K, num_threads=1)[0].astype(np.int64)
+        search.memory = h.index_file_size
+        return search
+    return build
+
+
 def scann_tree(reorder: int) -> Callable:
     """build(x) -> search(q, (share of the leaves searched, candidates re-ordered exactly)) ->
     ids for ScaNN's tree + anisotropic hashing + exact re-order (at most ``reorder``); the
