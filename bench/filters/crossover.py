@@ -33,7 +33,9 @@ def main(argv=None) -> None:
     x, q = d.base, d.queries
     n, dim = x.shape
     kinds = {"hnsw": ss.HNSWIndex(dim, "ip", M=16, ef_construction=100),
-             "ipnsw-plus": ss.create_index("ipnsw-plus", dim, "ip", M=16, progress=False)}
+             "ipnsw-plus": ss.create_index("ipnsw-plus", dim, "ip", M=16, progress=False),
+             "ipnsw-plus float": ss.create_index("ipnsw-plus", dim, "ip", M=16, progress=False,
+                                                 sq8=False)}
     for idx in kinds.values():
         idx.add(x)
     flat = ss.FlatIndex(dim, "ip")
