@@ -9,7 +9,7 @@ import pytest
 
 import simsearch as ss
 from simsearch.datasets import synthetic_longtail
-from simsearch.errors import InvalidParameterError
+from simsearch.errors import CorruptIndexError, InvalidParameterError
 
 
 def finalists(report: str) -> dict[str, float]:
@@ -137,6 +137,11 @@ def test_filtered_recall_keeps_the_target(name, longtail_200k, tmp_path):
     idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:200], progress=False,
                         candidates=(name,), sample_size=20000)
     assert "under random allow lists of 10%" in idx.report
+    good = idx._filter_boosts
+    idx._filter_boosts = [(0.5, 0.0)]  # a boost of 0 would search with ef / n_probe 0
+    with pytest.raises(CorruptIndexError, match="filter boosts"):
+        ss.loads(idx.to_bytes())
+    idx._filter_boosts = good
     idx.save(tmp_path / "auto.idx")
     idx = ss.load(tmp_path / "auto.idx")
     held_out = queries[200:]

@@ -526,6 +526,8 @@ class AutoIndex(Index):
         self._defaults, self.report = dict(meta["defaults"]), meta["report"]
         self._chosen = meta.get("chosen")
         self._filter_boosts = [(float(s), float(b)) for s, b in meta.get("filter_boosts", [])]
+        if not all(0 < s <= 1 and 1 <= b < math.inf for s, b in self._filter_boosts):
+            raise ValueError(f"filter boosts out of range: {self._filter_boosts}")
         if "inner" in arrays:
             self._inner = loads(arrays["inner"])
             if self._chosen is None:  # a file from before candidates had their own names
