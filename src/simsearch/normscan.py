@@ -422,11 +422,10 @@ class NormIVFIndex(Index):
         return len(self) * min(1.0, params["n_probe"] / max(self.n_lists, 1))
 
     def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
-        n_probe = params.get("n_probe")
-        if n_probe is None:
-            return min(len(self), int(np.ceil(2 * k * w))), params
-        n_probe = min(self.n_lists, int(np.ceil(n_probe * w)))
-        return min(len(self), int(np.ceil(2 * k * w))), {**params, "n_probe": n_probe}
+        kk = min(len(self), int(np.ceil(2 * k * w)))
+        if params.get("n_probe") is None:
+            return kk, params
+        return kk, {**params, "n_probe": min(self.n_lists, int(np.ceil(params["n_probe"] * w)))}
 
     def scored_fraction(self, q: Any, k: int, n_probe: int | None = None) -> float:
         """The mean fraction of the items a search of q scores (the rest are skipped by the
