@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels import topk_rows
+from ._kernels import topk_ids, topk_rows
 
 
 def topk_from_scores(
@@ -14,14 +14,11 @@ def topk_from_scores(
     """Top-k columns per row of a (b, n) score block, best first; ties broken by the smaller
     column (or id), so the oracle is deterministic. Returns (columns or ids int64 (b, k),
     scores float32 (b, k)), padded with -1 / worst score when n < k."""
-    tiebreak = np.arange(scores.shape[1], dtype=np.int64) if ids is None else ids
-    pos, out = topk_rows(
-        np.ascontiguousarray(scores, np.float32), k, 1.0 if higher_is_better else -1.0, tiebreak
-    )
-    out[pos < 0] = -np.inf if higher_is_better else np.inf
-    if ids is not None:
-        pos = np.where(pos >= 0, ids[np.maximum(pos, 0)], -1)
-    return pos, out
+    scores = np.ascontiguousarray(scores, np.float32)
+    sign = 1.0 if higher_is_better else -1.0
+    if ids is None:
+        return topk_rows(scores, k, sign, np.arange(scores.shape[1], dtype=np.int64))
+    return topk_ids(scores, k, sign, ids)
 
 
 def exact_scores(q: np.ndarray, x: np.ndarray, metric: str, x_sqnorms: np.ndarray | None = None):
@@ -44,9 +41,11 @@ def exact_topk(q: np.ndarray, x: np.ndarray, ids: np.ndarray, k: int, metric: st
     in blocks of queries. Returns (ids int64 (nq, k), scores float32 (nq, k)), padded."""
     hib = metric != "l2"
     nq, n = q.shape[0], x.shape[0]
+    step = max(1, BLOCK_ELEMENTS // max(n, 1))
+    if nq <= step:  # one block: no copy
+        return topk_from_scores(exact_scores(q, x, metric, x_sqnorms), k, hib, ids)
     out_i = np.empty((nq, k), np.int64)
     out_s = np.empty((nq, k), np.float32)
-    step = max(1, BLOCK_ELEMENTS // max(n, 1))
     for s in range(0, nq, step):
         sc = exact_scores(q[s : s + step], x, metric, x_sqnorms)
         out_i[s : s + step], out_s[s : s + step] = topk_from_scores(sc, k, hib, ids)

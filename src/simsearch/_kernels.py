@@ -12,11 +12,12 @@ from . import _heap
 def topk_rows(scores, k, sign, tiebreak):
     """Best k columns of each row of scores (b, n) float32, best first, in one pass with a heap.
     ``sign`` +1 keeps the largest scores, -1 the smallest; ties go to the smaller ``tiebreak``
-    (int64 (n,)). Returns (positions int64 (b, k), -1 padded; scores float32 (b, k))."""
+    (int64 (n,)). Returns (positions int64 (b, k), -1 padded; scores float32 (b, k), padded
+    with the worst score: -inf for sign +1, +inf for -1)."""
     b, n = scores.shape
     kk = min(k, n)
     pos = np.full((b, k), -1, np.int64)
-    out = np.empty((b, k), np.float32)
+    out = np.full((b, k), -sign * np.inf, np.float32)  # the padding: the worst score
     if kk == 0:  # the heap below reads its root
         return pos, out
     hv = np.empty(kk, np.float32)
@@ -47,6 +48,19 @@ def topk_rows(scores, k, sign, tiebreak):
             hv[0], ht[0], hp[0] = hv[size], ht[size], hp[size]
             _heap.sift_down_carry(hv, ht, hp, 0, size)
     return pos, out
+
+
+@njit(cache=True)
+def topk_ids(scores, k, sign, ids):
+    """topk_rows with ``ids`` as the tie-break, returning the ids (-1 padded) in place of the
+    positions."""
+    pos, out = topk_rows(scores, k, sign, ids)
+    res = np.full(pos.shape, -1, np.int64)
+    for r in range(pos.shape[0]):
+        for j in range(pos.shape[1]):
+            if pos[r, j] >= 0:
+                res[r, j] = ids[pos[r, j]]
+    return res, out
 
 
 @njit(cache=True)

@@ -15,11 +15,15 @@ from contextlib import contextmanager
 class RWLock:
     """Many readers or one writer, writer-preferring; see the module docstring."""
 
-    __slots__ = ("_cond", "_readers", "_writer", "_depth", "_waiting_writers", "_local", "_timeout")
+    __slots__ = ("_mutex", "_cond", "_readers", "_writer", "_depth", "_waiting_writers",
+                 "_local", "_timeout")
 
     def __init__(self, timeout_error: type[Exception] = TimeoutError) -> None:
         self._timeout = timeout_error  # raised when a read's deadline passes while it waits
-        self._cond = threading.Condition(threading.Lock())
+        # the read path takes the mutex itself: a Condition's `with` is Python code, the lock's
+        # is not, and every search passes here
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._readers = 0
         self._writer: int | None = None  # thread ident of the writer
         self._depth = 0  # the writer's re-entry depth
@@ -35,7 +39,7 @@ class RWLock:
             # nested read (or the writer reading): waiting here for a queued writer would deadlock
             local.depth = held + 1
             return
-        with self._cond:
+        with self._mutex:
             if self._writer is not None or self._waiting_writers:
                 ok = self._cond.wait_for(
                     lambda: self._writer is None and not self._waiting_writers,
@@ -53,7 +57,7 @@ class RWLock:
             local.depth = depth - 1
             return
         local.depth = 0
-        with self._cond:
+        with self._mutex:
             self._readers -= 1
             if not self._readers and self._waiting_writers:
                 self._cond.notify_all()

@@ -276,13 +276,18 @@ class Client(ClientRequests):
         a remove with missing_ok) is retried on UNAVAILABLE like the reads grpc retries.
         ``deadline``: the caller's (time.monotonic()), when earlier than the client's timeout."""
         attempts = self.retry_attempts if idempotent else 1
+        # options only when set: an empty metadata or a False wait_for_ready still costs gRPC
+        # a pass over them on every call (measured: docs/bench-service.md)
+        kw: dict[str, Any] = {}
+        metadata = self._metadata
+        if metadata:
+            kw["metadata"] = metadata
+        if self._failover and (idempotent or method in _RETRIED):
+            kw["wait_for_ready"] = True  # with several addresses, wait for a live one
         for attempt in range(attempts):
             try:
-                return getattr(self._stub, method)(
-                    request, timeout=self._timeout(deadline), metadata=self._metadata,
-                    # with several addresses, wait for the channel to move to a live one
-                    wait_for_ready=self._failover and (idempotent or method in _RETRIED),
-                )
+                return getattr(self._stub, method)(request, timeout=self._timeout(deadline),
+                                                   **kw)
             except self._grpc.RpcError as err:
                 if attempt + 1 < attempts and err.code() == self._grpc.StatusCode.UNAVAILABLE:
                     time.sleep(min(2.0, 0.1 * 2**attempt))

@@ -341,11 +341,14 @@ class Collection:
                where: dict | None = None, deadline: float | None = None,
                **params: Any) -> SearchResult:
         """``Index.search``; ``where`` is answered from the attributes (docs/filters.md)."""
-        with self._rw.read(deadline):
+        self._rw.acquire_read(deadline)  # not `with`: a search is hot (as in Index.search)
+        try:
             index = self._index()
             if where is not None:
                 allow = _and_allow(allow, self.attrs.where(where, deadline))
             return index.search(q, k, allow=allow, deny=deny, deadline=deadline, **params)
+        finally:
+            self._rw.release_read()
 
     def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
             deadline: float | None = None, max_items: int | None = None) -> dict:

@@ -68,23 +68,24 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
 def _rpc(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(self: SimSearchServicer, request, context: grpc.ServicerContext):
-        if self.stopping.is_set():
-            abort_with(context, ServiceUnavailableError("the server is shutting down; retry later"))
-        remaining = context.time_remaining()
-        t0 = time.monotonic()
-        deadline = None if remaining is None else t0 + remaining
-        with self._inflight_cond:
+        # counted before the stopping check, so that drain() cannot miss a call it let in
+        with self._inflight_lock:
             self._inflight += 1
         code = "OK"
+        t0 = time.monotonic()
         try:
-            return fn(self, request, context, deadline)
+            if self.stopping.is_set():
+                raise ServiceUnavailableError("the server is shutting down; retry later")
+            remaining = context.time_remaining()
+            return fn(self, request, context, None if remaining is None else t0 + remaining)
         except Exception as exc:  # every error becomes a status (abort raises past this)
             code = code_for(exc) if isinstance(exc, SimsearchError) else "INTERNAL"
             abort_with(context, exc)
         finally:
-            with self._inflight_cond:
+            with self._inflight_lock:
                 self._inflight -= 1
-                self._inflight_cond.notify_all()
+                if not self._inflight and self.stopping.is_set():
+                    self._idle.set()
             if self.metrics is not None:
                 name = getattr(request, "collection", None) or getattr(request, "name", "")
                 self.metrics.observe(fn.__name__, code, name if isinstance(name, str) else "",
@@ -121,13 +122,16 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         self.metrics = metrics  # a ServiceMetrics, or None when metrics are off
         self.stopping = threading.Event()
         self._inflight = 0
-        self._inflight_cond = threading.Condition()
+        self._inflight_lock = threading.Lock()  # a plain lock: this is every call's path
+        self._idle = threading.Event()  # set once stopping and no call is in flight
 
     def drain(self, timeout: float) -> bool:
         """Refuse new calls (UNAVAILABLE) and wait for the calls in flight to finish."""
         self.stopping.set()
-        with self._inflight_cond:
-            return self._inflight_cond.wait_for(lambda: self._inflight == 0, timeout)
+        with self._inflight_lock:
+            if not self._inflight:
+                self._idle.set()
+        return self._idle.wait(timeout)
 
     @_rpc
     def ServerInfo(self, request, context, deadline):
