@@ -447,8 +447,7 @@ class NormIVFIndex(Index):
 
     def _scan_lists(self, q, k, n_probe, kernel, allowed):
         # visiting the best lists first raises the k-th best early, so later lists stop sooner
-        probes = rank(q, self._centroids, self._list_norm, min(n_probe, self.n_lists),
-                      best_first=True)
+        probes = rank(q, self._centroids, self._list_norm, min(n_probe, self.n_lists))
         qn = np.linalg.norm(q, axis=1).astype(np.float32)
         n = self._ids.size
         main_allowed = allowed[:n] if allowed.shape[0] else allowed
