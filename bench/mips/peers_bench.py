@@ -135,7 +135,7 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
         return search
 
     m4 = d // 2 if d % 2 == 0 else d
-    fr = [0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0]
+    fr = np.geomspace(0.002, 1.0, 25).tolist()  # budgets: shares of n, steps of 30%
     return [
         ("simsearch ip-NSW+ M=32 (sq8 walk)", index_builder(lambda: ss.create_index(
             "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, sq8=True),
