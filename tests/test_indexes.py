@@ -24,6 +24,46 @@ def test_topk_matches_full_sort(n, k, seed):
         assert (ids[row, len(want) :] == -1).all() and np.isneginf(sc[row, len(want) :]).all()
 
 
+@given(st.integers(1, 40), st.integers(1, 50), st.booleans(), st.integers(0, 2**31 - 1))
+@settings(max_examples=60, deadline=None)
+def test_topk_with_ids_matches_full_sort(n, k, higher, seed):
+    """The ids path (one kernel maps positions to ids and pads): ties go to the smaller id,
+    padding is -1 with the worst score for either direction."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 5, size=(3, n)).astype(np.float32)
+    ids_of = rng.permutation(10 * n)[:n].astype(np.int64)
+    ids, sc = topk_from_scores(s, k, higher_is_better=higher, ids=ids_of)
+    sign = -1 if higher else 1
+    for row in range(3):
+        want = sorted(range(n), key=lambda j: (sign * s[row, j], ids_of[j]))[:k]
+        assert ids[row, : len(want)].tolist() == ids_of[want].tolist()
+        assert sc[row, : len(want)].tolist() == s[row, want].tolist()
+        pad = sc[row, len(want) :]
+        assert (ids[row, len(want) :] == -1).all()
+        assert (np.isneginf(pad) if higher else np.isposinf(pad)).all()
+
+
+@given(st.integers(1, 60), st.integers(1, 70), st.sampled_from(["norm", "centroid"]),
+       st.integers(0, 2**31 - 1))
+@settings(max_examples=40, deadline=None)
+def test_list_ranking_is_the_best_lists_best_first(n_lists, n_probe, ranking, seed):
+    from simsearch._lists import rank
+
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((4, 8)).astype(np.float32)
+    c = rng.standard_normal((n_lists, 8)).astype(np.float32)
+    norms = rng.uniform(0.5, 3, n_lists).astype(np.float32)
+    got = rank(q, c, norms, n_probe, ranking)
+    s = (q @ c.T) * (norms if ranking == "norm" else 1)
+    m = min(n_probe, n_lists)
+    assert got.shape == (4, m) and got.dtype == np.int64
+    for row in range(4):
+        if m < n_lists:  # every list when all are probed, in any order
+            assert got[row].tolist() == np.argsort(-s[row], kind="stable")[:m].tolist()
+        else:
+            assert sorted(got[row].tolist()) == list(range(n_lists))
+
+
 def test_flat_matches_brute_force_all_metrics():
     rng = np.random.default_rng(0)
     x, q = rng.standard_normal((500, 12)), rng.standard_normal((7, 12))
