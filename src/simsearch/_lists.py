@@ -54,7 +54,7 @@ def rank(q: np.ndarray, centroids: np.ndarray, list_norm: np.ndarray, n_probe: i
     n_probe = min(n_probe, centroids.shape[0])
     if n_probe == centroids.shape[0]:
         return np.ascontiguousarray(np.broadcast_to(np.arange(n_probe), s.shape), np.int64)
-    # one heap pass per row, best first: 4x cheaper than numpy's argpartition on a few hundred
-    # lists (a third of a one-list NEQ search went to argpartition; docs/benchmarks.md)
+    # one heap pass per row, best first: numpy's argpartition took a third of a one-list NEQ
+    # search (docs/benchmarks.md, "NEQ against ScaNN as the tail gets lighter")
     return topk_rows(np.ascontiguousarray(s, np.float32), n_probe, 1.0,
                      np.arange(s.shape[1], dtype=np.int64))[0]

@@ -276,8 +276,7 @@ class Client(ClientRequests):
         a remove with missing_ok) is retried on UNAVAILABLE like the reads grpc retries.
         ``deadline``: the caller's (time.monotonic()), when earlier than the client's timeout."""
         attempts = self.retry_attempts if idempotent else 1
-        # options only when set: an empty metadata or a False wait_for_ready still costs gRPC
-        # a pass over them on every call (measured: docs/bench-service.md)
+        # options only when set: gRPC handles each one it is given on every call
         kw: dict[str, Any] = {}
         metadata = self._metadata
         if metadata:
