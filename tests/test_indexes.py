@@ -43,7 +43,7 @@ def test_topk_with_ids_matches_full_sort(n, k, higher, seed):
         assert (np.isneginf(pad) if higher else np.isposinf(pad)).all()
 
 
-@given(st.integers(1, 60), st.integers(1, 70), st.sampled_from(["norm", "centroid"]),
+@given(st.integers(1, 500), st.integers(1, 520), st.sampled_from(["norm", "centroid"]),
        st.integers(0, 2**31 - 1))
 @settings(max_examples=40, deadline=None)
 def test_list_ranking_is_the_best_lists_best_first(n_lists, n_probe, ranking, seed):
