@@ -4,6 +4,7 @@ of the allowed rows). One thread, recall@10 against the exact filtered answer.
 
     python bench/filters/crossover.py                 # synthetic-longtail 200k x 64
     python bench/filters/crossover.py --dataset glove # glove-50 (ip), 400k
+    python bench/filters/crossover.py --dataset glove --M 32 --kinds ipnsw-plus
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main(argv=None) -> None:
     ap.add_argument("--dataset", choices=("longtail", "glove"), default="longtail")
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--ef", type=int, default=64)
+    ap.add_argument("--M", type=int, default=16, help="the graphs' links per node")
+    ap.add_argument("--kinds", nargs="+", default=["hnsw", "ipnsw-plus", "ipnsw-plus float"])
     args = ap.parse_args(argv)
     if args.dataset == "longtail":
         d = load("synthetic-longtail", n=200_000, dim=64, n_queries=args.queries, seed=0)
@@ -32,10 +35,12 @@ def main(argv=None) -> None:
         d = load("glove-50", n_queries=args.queries)
     x, q = d.base, d.queries
     n, dim = x.shape
-    kinds = {"hnsw": ss.HNSWIndex(dim, "ip", M=16, ef_construction=100),
-             "ipnsw-plus": ss.create_index("ipnsw-plus", dim, "ip", M=16, progress=False),
-             "ipnsw-plus float": ss.create_index("ipnsw-plus", dim, "ip", M=16, progress=False,
-                                                 sq8=False)}
+    m = args.M
+    kinds = {"hnsw": lambda: ss.HNSWIndex(dim, "ip", M=m, ef_construction=100),
+             "ipnsw-plus": lambda: ss.create_index("ipnsw-plus", dim, "ip", M=m, progress=False),
+             "ipnsw-plus float": lambda: ss.create_index("ipnsw-plus", dim, "ip", M=m,
+                                                         progress=False, sq8=False)}
+    kinds = {name: kinds[name]() for name in args.kinds}
     for idx in kinds.values():
         idx.add(x)
     flat = ss.FlatIndex(dim, "ip")
@@ -66,7 +71,7 @@ def main(argv=None) -> None:
             rows.append(row)
             print(row, flush=True)
     print(f"\n{args.dataset}: {n} x {dim}, {len(q)} queries sharing one allow list, "
-          f"ef={args.ef}, one thread; q/s (recall@10)")
+          f"M={m}, ef={args.ef}, one thread; q/s (recall@10)")
     print(markdown_table(rows, list(rows[0])))
 
 
