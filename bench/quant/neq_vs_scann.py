@@ -51,7 +51,7 @@ def run(n: int, sigma: float, targets: list[float]) -> list[dict]:
             continue
         with thread_limit(1):
             times = alternated_best_times(
-                [lambda lb=lb: searches[lb](queries, best[lb][0]) for lb in (NEQ, SCANN)],
+                [lambda lb=lb, v=best[lb][0]: searches[lb](queries, v) for lb in (NEQ, SCANN)],
                 rounds=5, min_seconds=0.2)
         qps = {lb: len(queries) / t for lb, t in zip((NEQ, SCANN), times, strict=True)}
         rows.append({

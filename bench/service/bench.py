@@ -1,7 +1,8 @@
 """Searches per second over gRPC against the same index in process, and against a bare gRPC
 echo moving the same bytes.
 
-    python bench/service/bench.py [--n 50000] [--dim 64] [--kind hnsw] [--seconds 3] [--rounds 1] [--metrics]
+    python bench/service/bench.py [--n 50000] [--dim 64] [--kind hnsw] [--seconds 3]
+        [--rounds 1] [--metrics]
 
 Starts a node (``python -m simsearch.service.server``, port 0) in a subprocess, loads the data
 through the client, snapshots it, and loads that snapshot file in this process, so both sides

@@ -23,7 +23,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import start_echo, start_server  # noqa: E402  (bench/service/bench.py)
-
 from simsearch.eval import markdown_table  # noqa: E402
 from simsearch.service import convert  # noqa: E402
 from simsearch.service.client import connect  # noqa: E402
