@@ -31,8 +31,9 @@ struct FastScanArgs {
 
 // Graph search on full or 8-bit scalar-quantized vectors (docs/kernels.md, "graph search").
 // An HNSW-like angular graph (hnswlib's, extracted) seeds a best-first search on the
-// inner-product graph; with ``codes`` the walk scores q . (vmin + vstep * code) and the best
-// ``rerank`` of the beam are re-scored exactly on ``xb``.
+// inner-product graph; with ``codes`` the walk scores q . (vmin + vstep * code), with
+// ``qblocks`` the inner-product walk scores each node's neighbours from its block of 4-bit codes,
+// and either way the best ``rerank`` of the beam are re-scored exactly on ``xb``.
 struct GraphArgs {
   const float* Q;  // (nq, d)
   int64_t d;
@@ -50,6 +51,12 @@ struct GraphArgs {
   const int64_t* a_upper_start; int64_t a_entry; int64_t a_max_level;
   // the inner-product graph
   const int32_t* links; int64_t width; const int32_t* degree;
+  // the quantized graph, or qblocks nullptr: node u's neighbours' 4-bit NEQ codes in blocks
+  // node_blocks[u]..[u + 1] of the fast-scan layout (item i of its block j is links[u][32j + i]),
+  // so one expansion scores them all with the tables ``luts`` (FastScanArgs' estimate)
+  const uint8_t* qblocks; int64_t q_pairs; const int64_t* node_blocks;
+  const uint8_t* luts; const float* lut_scale; const float* lut_bias;
+  const float* norm_codebook;
   int32_t* out_pos;     // (nq, k)
   float* out_scores;    // (nq, k)
   int64_t* out_ndis;    // (nq, 2): angular, inner-product distance computations

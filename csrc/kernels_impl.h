@@ -240,21 +240,24 @@ void scan_list(const FastScanArgs& a, int64_t q, int64_t list, TopK& top, const 
 #endif
 }
 
-}  // namespace
-
-void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi) {
-  const int64_t n_tables = 2 * a.n_pairs;
-  TopK top(a.k);
+// The 8-bit tables of one query in the registers' layout the scans read: AVX-512 keeps
+// 512-bit copies of every table, then 256-bit copies for a block scanned alone.
+struct LutVecs {
+  int64_t n_tables;
 #if defined(SS_AVX512)
-  // 512-bit copies of every table, then 256-bit copies for a block left over
-  std::vector<__m512i> vecs(n_tables + (n_tables + 1) / 2);
-  __m256i* v256 = reinterpret_cast<__m256i*>(vecs.data() + n_tables);
+  std::vector<__m512i> vecs;
+  __m256i* v256;
+  explicit LutVecs(int64_t n_pairs)
+      : n_tables(2 * n_pairs), vecs(n_tables + (n_tables + 1) / 2),
+        v256(reinterpret_cast<__m256i*>(vecs.data() + n_tables)) {}
 #elif defined(SS_AVX2)
-  std::vector<__m256i> vecs(n_tables);
-  __m256i* v256 = vecs.data();
+  std::vector<__m256i> vecs;
+  __m256i* v256;
+  explicit LutVecs(int64_t n_pairs) : n_tables(2 * n_pairs), vecs(n_tables), v256(vecs.data()) {}
+#else
+  explicit LutVecs(int64_t n_pairs) : n_tables(2 * n_pairs) {}
 #endif
-  for (int64_t q = q_lo; q < q_hi; ++q) {
-    const uint8_t* lq = a.luts + q * n_tables * 16;
+  const void* load(const uint8_t* lq) {
 #if defined(SS_AVX512) || defined(SS_AVX2)
     for (int64_t m = 0; m < n_tables; ++m) {
       __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lq + m * 16));
@@ -263,10 +266,97 @@ void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi) {
 #endif
       v256[m] = _mm256_broadcastsi128_si256(t);
     }
-    const void* lut_vecs = vecs.data();
+    return vecs.data();
 #else
-    const void* lut_vecs = lq;
+    return lq;
 #endif
+  }
+};
+
+// the estimates of 16 items from their uint16 sums, stored to out[0..15]
+#if defined(SS_AVX512)
+inline void est16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale, float bias,
+                  float* out) {
+  __m512 e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(sums)),
+                             _mm512_set1_ps(scale), _mm512_set1_ps(bias));
+  __m512i nc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(norms)));
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(nc, codebook), e));
+}
+#elif defined(SS_AVX2)
+inline void est16(__m256i sums, const uint8_t* norms, const float* codebook, float scale,
+                  float bias, float* out) {
+  for (int h = 0; h < 2; ++h) {
+    __m128i part = h ? _mm256_extracti128_si256(sums, 1) : _mm256_castsi256_si128(sums);
+    __m256 e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(part)),
+                               _mm256_set1_ps(scale), _mm256_set1_ps(bias));
+    __m256i nc = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(norms + 8 * h)));
+    _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_i32gather_ps(codebook, nc, 4), e));
+  }
+}
+#endif
+
+// The estimates of all 32 items of blocks [b, b_end) into out[32 * (b - b_start) + i]: the
+// quantized graph's expansion (a node's neighbours in one or two blocks).
+void block_estimates(const uint8_t* blocks, int64_t n_pairs, int64_t b, int64_t b_end,
+                     const void* lut_vecs, const float* codebook, float scale, float bias,
+                     float* out) {
+  const int64_t stride = n_pairs * 32 + 32;
+#if defined(SS_AVX512)
+  const __m512 cb = _mm512_loadu_ps(codebook);
+  const __m512i* lut512 = static_cast<const __m512i*>(lut_vecs);
+  for (; b + 1 < b_end; b += 2, out += 64) {
+    const uint8_t* b0 = blocks + b * stride;
+    const uint8_t* b1 = b0 + stride;
+    __m512i even, odd;
+    accumulate(b0, b1, n_pairs, lut512, even, odd);
+    est16(_mm512_castsi512_si256(even), b0 + n_pairs * 32, cb, scale, bias, out);
+    est16(_mm512_castsi512_si256(odd), b0 + n_pairs * 32 + 16, cb, scale, bias, out + 16);
+    est16(_mm512_extracti64x4_epi64(even, 1), b1 + n_pairs * 32, cb, scale, bias, out + 32);
+    est16(_mm512_extracti64x4_epi64(odd, 1), b1 + n_pairs * 32 + 16, cb, scale, bias, out + 48);
+  }
+  if (b < b_end) {
+    const uint8_t* blk = blocks + b * stride;
+    __m256i even, odd;
+    accumulate(blk, blk, n_pairs, reinterpret_cast<const __m256i*>(lut512 + 2 * n_pairs), even,
+               odd);
+    est16(even, blk + n_pairs * 32, cb, scale, bias, out);
+    est16(odd, blk + n_pairs * 32 + 16, cb, scale, bias, out + 16);
+  }
+#elif defined(SS_AVX2)
+  const __m256i* lut = static_cast<const __m256i*>(lut_vecs);
+  for (; b < b_end; ++b, out += 32) {
+    const uint8_t* blk = blocks + b * stride;
+    __m256i even, odd;
+    accumulate(blk, blk, n_pairs, lut, even, odd);
+    est16(even, blk + n_pairs * 32, codebook, scale, bias, out);
+    est16(odd, blk + n_pairs * 32 + 16, codebook, scale, bias, out + 16);
+  }
+#else
+  const uint8_t* lut = static_cast<const uint8_t*>(lut_vecs);
+  for (; b < b_end; ++b, out += 32) {
+    const uint8_t* blk = blocks + b * stride;
+    for (int i = 0; i < 32; ++i) {
+      const int j = i < 16 ? 2 * i : 2 * (i - 16) + 1;
+      uint32_t acc = 0;
+      for (int64_t p = 0; p < n_pairs; ++p) {
+        const uint8_t c = blk[p * 32 + j];
+        acc += lut[(2 * p) * 16 + (c & 15)] + lut[(2 * p + 1) * 16 + (c >> 4)];
+      }
+      out[i] = codebook[blk[n_pairs * 32 + i]] * (static_cast<float>(acc) * scale + bias);
+    }
+  }
+#endif
+}
+
+}  // namespace
+
+void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi) {
+  const int64_t n_tables = 2 * a.n_pairs;
+  TopK top(a.k);
+  LutVecs lv(a.n_pairs);
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const void* lut_vecs = lv.load(a.luts + q * n_tables * 16);
     top.n = 0;
     if (a.probes == nullptr) {
       for (int64_t l = 0; l < a.n_lists; ++l) scan_list(a, q, l, top, lut_vecs);
@@ -578,11 +668,10 @@ int64_t expand(const Scorer& sc, bool angular, const int32_t* row, int32_t deg, 
   return nf;
 }
 
-int64_t best_first(const Scorer& sc, bool angular, const int32_t* links, int64_t width,
-                   const int32_t* degree, Visited& visited, Pool& pool,
-                   std::vector<int32_t>& fresh) {
-  sc.links = links;
-  sc.width = width;
+// Expand the beam's best unexpanded entry until none is left; ``prefetch(u)`` is called on the
+// likely next node while ``expand(node, cur)`` scores the current one's neighbours.
+template <class Prefetch, class Expand>
+int64_t best_first(Pool& pool, Prefetch prefetch, Expand expand_node) {
   int64_t ndis = 0, cur = 0;
   for (;;) {
     while (cur < pool.size && pool.done[cur]) ++cur;
@@ -590,18 +679,80 @@ int64_t best_first(const Scorer& sc, bool angular, const int32_t* links, int64_t
     pool.done[cur] = 1;
     int32_t node = pool.ids[cur];
     for (int64_t nx = cur + 1; nx < pool.size; ++nx) {
-      if (!pool.done[nx]) {  // the likely next node's links (two ahead measured no faster)
-        sc.prefetch_links(pool.ids[nx]);
-        _mm_prefetch(reinterpret_cast<const char*>(degree + pool.ids[nx]), _MM_HINT_T0);
+      if (!pool.done[nx]) {  // (two ahead measured no faster)
+        prefetch(pool.ids[nx]);
         break;
       }
     }
-    ndis += expand(sc, angular, links + static_cast<int64_t>(node) * width, degree[node],
-                   visited, pool, cur, fresh);
+    ndis += expand_node(node, cur);
   }
   return ndis;
 }
 
+int64_t best_first(const Scorer& sc, bool angular, const int32_t* links, int64_t width,
+                   const int32_t* degree, Visited& visited, Pool& pool,
+                   std::vector<int32_t>& fresh) {
+  sc.links = links;
+  sc.width = width;
+  return best_first(
+      pool,
+      [&](int32_t u) {  // the likely next node's links
+        sc.prefetch_links(u);
+        _mm_prefetch(reinterpret_cast<const char*>(degree + u), _MM_HINT_T0);
+      },
+      [&](int32_t node, int64_t& cur) {
+        return expand(sc, angular, links + static_cast<int64_t>(node) * width, degree[node],
+                      visited, pool, cur, fresh);
+      });
+}
+
+// The inner-product walk on the quantized graph: a node's blocks give estimates for all its
+// neighbours at once; the unvisited ones enter the beam.
+struct QuantizedWalk {
+  const GraphArgs& a;
+  const void* lut_vecs;
+  float scale, bias;
+  int64_t stride;
+  std::vector<float> est;
+  std::vector<int32_t> fresh;
+  QuantizedWalk(const GraphArgs& a_)
+      : a(a_), lut_vecs(nullptr), scale(0.f), bias(0.f), stride(a_.q_pairs * 32 + 32),
+        est((a_.width + 31) / 32 * 32 + 64), fresh(a_.width + 1) {}
+  void prefetch(int32_t u) const {
+    _mm_prefetch(reinterpret_cast<const char*>(a.links + static_cast<int64_t>(u) * a.width),
+                 _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(a.degree + u), _MM_HINT_T0);
+    const char* p = reinterpret_cast<const char*>(a.qblocks + a.node_blocks[u] * stride);
+    const int64_t nb = std::min<int64_t>(a.node_blocks[u + 1] - a.node_blocks[u],
+                                         (a.degree[u] + 31) / 32);
+    for (int64_t l = 0; l < nb * stride; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+  }
+  int64_t expand(int32_t node, Visited& visited, Pool& pool, int64_t& cur) {
+    const int32_t* row = a.links + static_cast<int64_t>(node) * a.width;
+    // the blocks the node's degree fills (a node owns room for its whole row)
+    const int64_t b = a.node_blocks[node];
+    const int64_t b_end = std::min<int64_t>(a.node_blocks[node + 1], b + (a.degree[node] + 31) / 32);
+    const int64_t deg = std::min<int64_t>(a.degree[node], 32 * (b_end - b));
+    int64_t nf = 0;
+    uint8_t* tag = visited.tag;
+    const uint8_t ep = visited.epoch;
+    for (int64_t t = 0; t < deg; ++t) {  // branch-free, as expand()
+      const int32_t u = row[t];
+      fresh[nf] = static_cast<int32_t>(t);
+      nf += tag[u] != ep;
+      tag[u] = ep;
+    }
+    if (nf == 0) return 0;
+    block_estimates(a.qblocks, a.q_pairs, b, b_end, lut_vecs, a.norm_codebook, scale, bias,
+                    est.data());
+    for (int64_t f = 0; f < nf; ++f) {
+      const int32_t t = fresh[f];
+      int64_t pos = pool.insert(row[t], est[t]);
+      if (pos >= 0 && pos < cur) cur = pos;
+    }
+    return nf;
+  }
+};
 
 }  // namespace
 
@@ -613,9 +764,16 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visit
   std::vector<int32_t> fresh(std::max(a.width, std::max(a.a_width0, a.a_width1)) + 1);
   std::vector<std::pair<float, int32_t>> best;
   Visited visited{visited_row, a.n, *epoch};
+  QuantizedWalk qw(a);
+  LutVecs lv(a.qblocks ? a.q_pairs : 0);
   for (int64_t i = q_lo; i < q_hi; ++i) {
     const float* q = a.Q + i * a.d;
     Scorer sc(a, q);
+    if (a.qblocks) {
+      qw.lut_vecs = lv.load(a.luts + i * 2 * a.q_pairs * 16);
+      qw.scale = a.lut_scale[i];
+      qw.bias = a.lut_bias[i];
+    }
     visited.next();
     // angular HNSW: greedy through the upper levels, then best-first with beam angular_ef
     int32_t cur_node = static_cast<int32_t>(a.a_entry);
@@ -657,18 +815,26 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visit
       if (pos >= 0) pool.done[pos] = 1;  // expanded just below
     }
     int64_t cur = 0;
-    for (int64_t t = 0; t < n_seeds; ++t) {
-      int32_t s = seeds[t];
-      nd_ip += expand(sc, false, a.links + static_cast<int64_t>(s) * a.width, a.degree[s],
-                      visited, pool, cur, fresh);
+    if (a.qblocks) {
+      for (int64_t t = 0; t < n_seeds; ++t) nd_ip += qw.expand(seeds[t], visited, pool, cur);
+      nd_ip += best_first(pool, [&](int32_t u) { qw.prefetch(u); },
+                          [&](int32_t node, int64_t& c) {
+                            return qw.expand(node, visited, pool, c);
+                          });
+    } else {
+      for (int64_t t = 0; t < n_seeds; ++t) {
+        int32_t s = seeds[t];
+        nd_ip += expand(sc, false, a.links + static_cast<int64_t>(s) * a.width, a.degree[s],
+                        visited, pool, cur, fresh);
+      }
+      nd_ip += best_first(sc, false, a.links, a.width, a.degree, visited, pool, fresh);
     }
-    nd_ip += best_first(sc, false, a.links, a.width, a.degree, visited, pool, fresh);
     a.out_ndis[2 * i] = nd_a;
     a.out_ndis[2 * i + 1] = nd_ip;
     int32_t* op = a.out_pos + i * a.k;
     float* os = a.out_scores + i * a.k;
     int64_t j = 0;
-    if (a.codes) {  // exact re-rank of the beam's best live entries
+    if (a.codes || a.qblocks) {  // exact re-rank of the beam's best live entries
       best.clear();
       const int64_t depth = std::max(a.k, a.rerank);
       for (int64_t t = 0; t < pool.size && static_cast<int64_t>(best.size()) < depth; ++t) {

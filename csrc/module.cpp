@@ -162,7 +162,9 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
                   In<float> inv_norm, In<uint8_t> live, In<int32_t> a_links0,
                   In<int32_t> a_degree0, In<int32_t> a_upper_links, In<int32_t> a_upper_degree,
                   In<int64_t> a_upper_start, int64_t a_entry, int64_t a_max_level,
-                  In<int32_t> links, In<int32_t> degree, Out<uint8_t> visited,
+                  In<int32_t> links, In<int32_t> degree, In<uint8_t> qblocks,
+                  In<int64_t> node_blocks, In<uint8_t> luts, In<float> lut_scale,
+                  In<float> lut_bias, In<float> norm_codebook, Out<uint8_t> visited,
                   Out<uint8_t> epochs, Out<int32_t> out_pos, Out<float> out_scores,
                   Out<int64_t> out_ndis, int n_threads) {
   require(Q.ndim() == 2 && xb.ndim() == 2 && Q.shape(1) == xb.shape(1), "Q (nq, d), xb (n, d)");
@@ -183,6 +185,26 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
           "graph arrays do not match the items");
   require(a_entry >= 0 && static_cast<size_t>(a_entry) < na, "entry point out of range");
   require(k >= 1 && ef >= 1 && angular_ef >= 1 && rerank >= 0, "k, ef, angular_ef >= 1");
+  // the quantized graph: qblocks (n_blocks, 32 * q_pairs + 32), or no rows to walk on codes
+  const bool quantized = qblocks.ndim() == 2 && qblocks.shape(0) > 0;
+  int64_t q_pairs = 0;
+  if (quantized) {
+    require(qblocks.shape(1) >= 64 && qblocks.shape(1) % 32 == 0,
+            "qblocks must be (n_blocks, 32 * n_pairs + 32) uint8");
+    q_pairs = qblocks.shape(1) / 32 - 1;
+    require(node_blocks.ndim() == 1 && node_blocks.shape(0) == static_cast<size_t>(n) + 1 &&
+                node_blocks.data()[0] == 0 &&
+                node_blocks.data()[n] <= static_cast<int64_t>(qblocks.shape(0)),
+            "node_blocks must be (n + 1,), from 0 to at most n_blocks");
+    require(luts.ndim() == 3 && luts.shape(0) == static_cast<size_t>(nq) &&
+                luts.shape(1) == static_cast<size_t>(2 * q_pairs) && luts.shape(2) == 16,
+            "luts must be (nq, 2 * n_pairs, 16) uint8");
+    require(lut_scale.ndim() == 1 && lut_scale.shape(0) == static_cast<size_t>(nq) &&
+                lut_bias.ndim() == 1 && lut_bias.shape(0) == static_cast<size_t>(nq),
+            "lut_scale and lut_bias: (nq,)");
+    require(norm_codebook.ndim() == 1 && norm_codebook.shape(0) == 16,
+            "norm_codebook must be (16,)");
+  }
   const int threads = resolve_threads(n_threads, nq);
   require(visited.ndim() == 2 && visited.shape(0) >= static_cast<size_t>(threads) &&
               visited.shape(1) >= static_cast<size_t>(n) && epochs.ndim() == 1 &&
@@ -204,6 +226,11 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   a.a_upper_degree = a_upper_degree.data(); a.a_upper_start = a_upper_start.data();
   a.a_entry = a_entry; a.a_max_level = a_max_level;
   a.links = links.data(); a.width = links.shape(1); a.degree = degree.data();
+  if (quantized) {
+    a.qblocks = qblocks.data(); a.q_pairs = q_pairs; a.node_blocks = node_blocks.data();
+    a.luts = luts.data(); a.lut_scale = lut_scale.data(); a.lut_bias = lut_bias.data();
+    a.norm_codebook = norm_codebook.data();
+  }
   a.out_pos = out_pos.data(); a.out_scores = out_scores.data(); a.out_ndis = out_ndis.data();
   const auto run = kernels().graph_search;
   const int64_t vstride = visited.shape(1);

@@ -66,6 +66,24 @@ def test_blast_protein_parser():
     assert datasets.parse_blast_protein_db(pin, bytes(psq)) == seqs
 
 
+def test_safetensors_reader():
+    """Reads the named tensor at its offsets (a second tensor precedes it), float16 to float32."""
+    import json
+
+    a = np.arange(6, dtype="<f4").reshape(2, 3)
+    b = (np.arange(8, dtype="<f2") / 4).reshape(4, 2)
+    header = {"__metadata__": {}, "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+              "b": {"dtype": "F16", "shape": [4, 2], "data_offsets": [24, 40]}}
+    h = json.dumps(header).encode()
+    blob = struct.pack("<Q", len(h)) + h + a.tobytes() + b.tobytes()
+    got = datasets.read_safetensors(blob, "b")
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, b.astype(np.float32))
+    np.testing.assert_array_equal(datasets.read_safetensors(blob, "a"), a)
+    with pytest.raises(DatasetUnavailableError, match="no tensor 'c'"):
+        datasets.read_safetensors(blob, "c")
+
+
 @pytest.mark.realdata
 def test_ml100k_svd_real():
     try:

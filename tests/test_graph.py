@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import simsearch as ss
-from simsearch import errors
+from simsearch import errors, simd
 from simsearch._hnswlib import hnswlib_graph
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
@@ -286,3 +286,89 @@ def test_bad_parameters():
         idx.search(q, 5, n_threads=-2)
     with pytest.raises(errors.InvalidParameterError, match="stats"):
         idx.search(q, 5, stats={})  # counters come back in the result
+
+
+# -- the quantized graph (fast_scan) -----------------------------------------------------------
+
+
+def quantized(base, parts=(6000,)):
+    idx = IPNSWPlus(32, M=16, angular_M=8, ef_construction=64, n_threads=1, progress=False,
+                    fast_scan=True)  # fmt: skip
+    start = 0
+    for stop in parts:
+        idx.add(base[start:stop])
+        start = stop
+    return idx
+
+
+@pytest.mark.parametrize("isa", simd.supported())
+def test_quantized_walk_recall_and_exact_scores(longtail, isa):
+    """The walk scores neighbours from the node's blocks; blocks that are not the node's own
+    (seen: every node given the previous node's blocks) drop recall to 0.18."""
+    base, queries, _ = longtail
+    idx = quantized(base)
+    with simd.use_isa(isa):
+        assert recall(idx, longtail, ef=64) >= 0.93  # observed 0.99
+        r = idx.search(queries, 10, ef=64)
+    np.testing.assert_allclose(r.scores, np.take_along_axis(queries @ base.T, r.ids, 1),
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
+    assert r.stats["ip"] > 0
+
+
+def test_quantized_walk_same_on_every_isa(longtail):
+    base, queries, _ = longtail
+    idx = quantized(base)
+    got = {}
+    for isa in simd.supported():
+        with simd.use_isa(isa):
+            got[isa] = idx.search(queries, 10, ef=48).ids
+    for isa, ids in got.items():  # estimates may differ in the last float bit (FMA or not)
+        assert (ids == got["scalar"]).mean() >= 0.99, isa
+
+
+def test_quantized_blocks_follow_every_link_change(longtail):
+    """Adds rewrite earlier nodes' links; each node's block must hold its current neighbours.
+    Seen failing when only the new nodes were re-packed."""
+    from simsearch.graph._quantized import QuantizedGraph
+
+    base, _, _ = longtail
+    idx = quantized(base, parts=(100, 2500, 4000, 6000))  # trained at the second add
+    g = idx._qgraph
+    n = len(idx)
+    fresh = QuantizedGraph(g.codec, idx._links.shape[1])
+    fresh.encode(base[:n], 0)
+    np.testing.assert_array_equal(fresh.codes[:n], g.codes[:n])
+    fresh.repack(np.arange(n), idx._links[:n], idx._degree[:n])
+    per = g.per_node
+    np.testing.assert_array_equal(g.blocks[: n * per], fresh.blocks[: n * per])
+
+
+def test_quantized_graph_round_trip(longtail, tmp_path):
+    base, queries, _ = longtail
+    idx = quantized(base)
+    idx.save(tmp_path / "q.idx")
+    back = ss.load(tmp_path / "q.idx")
+    a, b = idx.search(queries, 10, ef=40), back.search(queries, 10, ef=40)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    assert back._qgraph.nbytes == idx._qgraph.nbytes
+    small = quantized(base, parts=(100,))  # too few items to train the codec: walks on sq8
+    assert small._qgraph is None and (small.search(queries, 5).ids >= 0).all()
+    small.save(tmp_path / "s.idx")
+    grown = ss.load(tmp_path / "s.idx")
+    grown.add(base[100:3000])
+    assert grown._qgraph is not None and recall(grown, (base[:3000], queries,
+                                                        _oracle(base[:3000], queries)),
+                                                ef=64) >= 0.9
+
+
+def _oracle(base, queries):
+    o = ss.FlatIndex(base.shape[1], "ip")
+    o.add(base)
+    return o.search(queries, 10)
+
+
+def test_quantized_graph_bad_parameters():
+    for kw in ({"fast_scan": 1}, {"fast_scan_codebooks": 0}, {"fast_scan_codebooks": 256}):
+        with pytest.raises(errors.InvalidParameterError):
+            IPNSWPlus(8, **kw)

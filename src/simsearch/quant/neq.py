@@ -283,6 +283,16 @@ class NEQIndex(Index):
                 bar.update(len(u))
         return codes, rel
 
+    def encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(direction codes uint8 (n, M - 1), norm codes uint8 (n,)) of rows of x."""
+        codes, rel = self.encode_directions(x)
+        return codes, encode_norm(rel, self._norm_codebook)
+
+    @property
+    def norm_codebook(self) -> np.ndarray:
+        """The relative norms' codebook, float32 (2^nbits,), sorted (zeros before training)."""
+        return self._norm_codebook
+
     def decode(self, codes: np.ndarray, norm_codes: np.ndarray) -> np.ndarray:
         """Reconstruct items: norm codeword times decoded direction, float32 (n, dim)."""
         u = self._dq.sa_decode(self._pack(codes))
@@ -381,8 +391,7 @@ class NEQIndex(Index):
     # -- writes --------------------------------------------------------------------------------
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
-        codes, rel = self.encode_directions(x)
-        nc = encode_norm(rel, self._norm_codebook)
+        codes, nc = self.encode(x)
         lists = self.assign_lists(x)
         if self.n_lists:
             np.maximum.at(self._list_norm, lists, np.linalg.norm(x, axis=1).astype(np.float32))
