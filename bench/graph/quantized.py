@@ -2,7 +2,7 @@
 thread, recall@10 against the exact top-10.
 
     flock /tmp/simsearch-bench.lock python bench/graph/quantized.py \
-        [--datasets wordllama-256 glove-50] [--codebooks 0 64]
+        [--datasets wordllama-256 glove-50] [--codebooks 0 64] [--n N] [--dim D]
 
 One index per dataset and codebook count (0: the default, dim // 2) is built with
 ``IPNSWPlus(d, fast_scan=True)``; the two walks differ only in how the inner-product stage scores
@@ -27,12 +27,12 @@ LOADS = {"wordllama-256": {"n_queries": 1000}, "fi-300": {"n_queries": 1000},
          "synthetic-longtail": {"n": 100_000, "n_queries": 1000}}
 
 
-def run(name: str, codebooks: int) -> list[dict]:
-    ds = datasets.load(name, **LOADS[name])
+def run(name: str, codebooks: int, size: dict) -> list[dict]:
+    ds = datasets.load(name, **(LOADS[name] | (size if name == "synthetic-longtail" else {})))
     gt = ds.ground_truth("ip", k=10)
     d = ds.base.shape[1]
     t0 = time.perf_counter()
-    idx = IPNSWPlus(d, progress=False, fast_scan=True, fast_scan_codebooks=codebooks or None)
+    idx = IPNSWPlus(d, progress=True, fast_scan=True, fast_scan_codebooks=codebooks or None)
     idx.add(ds.base)
     build = time.perf_counter() - t0
     qg = idx._qgraph  # the bench switches the walk on the same graph
@@ -69,12 +69,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=["wordllama-256", "glove-50"])
     ap.add_argument("--codebooks", type=int, nargs="+", default=[0])
+    ap.add_argument("--n", type=int, help="synthetic-longtail's items (default 100,000)")
+    ap.add_argument("--dim", type=int, help="synthetic-longtail's dimension (default 64)")
     args = ap.parse_args()
+    size = {k: v for k, v in (("n", args.n), ("dim", args.dim)) if v}
     rows = []
     with thread_limit(1):
         for name in args.datasets:
             for m in args.codebooks:
-                rows += run(name, m)
+                rows += run(name, m, size)
     print(markdown_table(rows, list(rows[0])))
 
 

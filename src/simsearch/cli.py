@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = da.add_subparsers(dest="action", required=True)
     f = dsub.add_parser("fetch", help="fetch datasets into the cache")
     f.add_argument(
-        "names", nargs="+", metavar="NAME", help="glove-50, fi-300, ml100k-svd, words or proteins"
+        "names", nargs="+", metavar="NAME",
+        help="glove-50, fi-300, wordllama-256, ml100k-svd, words or proteins",
     )
     dsub.add_parser("list", help="list datasets and whether they are cached")
     im = dsub.add_parser("import", help="import ann-benchmarks HDF5 files (train/test/neighbors)")

@@ -41,6 +41,7 @@ class QuantizedGraph:
         self.codes = np.empty((0, self.m), np.uint8)
         self.norm_codes = np.empty(0, np.uint8)
         self.blocks = np.empty((0, self.stride), np.uint8)
+        self._node_blocks = np.zeros(1, np.int64)
 
     @classmethod
     def train(cls, x: np.ndarray, n_codebooks: int, width: int, seed: int) -> QuantizedGraph:
@@ -86,8 +87,13 @@ class QuantizedGraph:
             blocks[part] = out
 
     def node_blocks(self, n: int) -> np.ndarray:
-        """Where node u's blocks start, int64 (n + 1,); nodes not packed yet get none."""
-        return np.minimum(np.arange(n + 1, dtype=np.int64) * self.per_node, len(self.blocks))
+        """Where node u's blocks start, int64 (n + 1,); nodes not packed yet get none. Kept
+        between calls: a search of one query must not pay for an array of n."""
+        nb = self._node_blocks
+        if len(nb) != n + 1 or nb[-1] != min(n * self.per_node, len(self.blocks)):
+            nb = np.minimum(np.arange(n + 1, dtype=np.int64) * self.per_node, len(self.blocks))
+            self._node_blocks = nb
+        return nb
 
     def tables(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queries' 8-bit lookup tables, scales and biases (fastscan.quantize_luts)."""
