@@ -143,6 +143,14 @@ CASES = [
         min_recall=0.95,
     ),  # observed 1.0
     Case(
+        "ipnsw-plus-quantized",  # the quantized graph: neighbours' 4-bit codes in node blocks
+        lambda d, m, x: ss.create_index("ipnsw-plus", d, m, M=16, n_threads=1, progress=False,
+                                        fast_scan=True),
+        metrics=("ip",),
+        search_kw={"ef": 64},
+        min_recall=0.95,
+    ),
+    Case(
         "neq-fast-scan",  # 4-bit codes in the compiled fast-scan, coarse lists, re-ranked
         lambda d, m, x: (
             (i := ss.create_index("neq", d, m, base="pq", n_codebooks=9, nbits=4, n_lists=8,

@@ -6,10 +6,11 @@
 
 Per dataset, every method sweeps its knob over the same scored queries and the table keeps, per
 target, the fastest measured setting whose recall@10 reaches it (no interpolation). simsearch:
-ip-NSW+ (float and sq8 walks), NEQ 4-bit fast-scan, norm-ivf, norm-scan (the kernels before
-and after: bench/kernels_bench.py). Peers: ScaNN (tree + AH + reorder), faiss HNSW, faiss
-HNSW-SQ8 + refine (faiss's RaBitQ graph takes L2 only), faiss IVFPQFastScan + refine, faiss
-IVF-RaBitQ fast-scan + refine, hnswlib, usearch, glass (SQ8 walk + FP32 refine). Then
+ip-NSW+ (float and sq8 walks, the quantized graph), NEQ 4-bit fast-scan, norm-ivf, norm-scan
+(the kernels before and after: bench/kernels_bench.py). Peers: ScaNN (tree + AH + reorder),
+faiss HNSW, faiss HNSW-SQ8 + refine (faiss's RaBitQ graph takes L2 only), faiss IVFPQFastScan +
+refine, faiss IVF-RaBitQ fast-scan + refine, hnswlib, usearch, glass (SQ8 walk + FP32 refine;
+its memory: the process's growth while it builds). Then
 ``auto_index`` at each target is given 200 random queries as its sample and scored on the
 others, like every method here (ml100k-svd: 743 scored queries; glove-50: 100,000 base words).
 A plot per dataset goes to docs/img/peers-<dataset>.png.
@@ -47,6 +48,16 @@ EFS = [10, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256, 
 PAIRS = [(f, r) for f in (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7,
                           1.0)
          for r in (10, 20, 30, 50, 100, 200, 400)]
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (Linux), after a collection."""
+    import gc
+    import os
+
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def log(msg: str) -> None:
@@ -114,13 +125,16 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
         import glass
 
         glass.set_num_threads(1)
+        before = resident_bytes()
         g = glass.Index("HNSW", "IP", quant="FP32", R=32, L=200).build(x)
         s = glass.Searcher(g, x, "IP", "SQ8U", "FP32")
         s.optimize(1)  # its prefetch tuned on sample queries
+        grown = resident_bytes() - before
 
         def search(q, ef):
             s.set_ef(max(ef, K))
             return np.asarray(s.batch_search(q, K, 1)[0], np.int64)
+        search.memory = lambda: grown  # glass reports none: the process's growth in building it
         return search
 
     def scann_(x):
@@ -143,6 +157,9 @@ def methods(d: int, n: int) -> list[tuple[str, object, list]]:
             lambda v: {"ef": v}), EFS),
         ("simsearch ip-NSW+ M=32 (float walk)", index_builder(lambda: ss.create_index(
             "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, sq8=False),
+            lambda v: {"ef": v}), EFS),
+        ("simsearch ip-NSW+ M=32 (quantized graph)", index_builder(lambda: ss.create_index(
+            "ipnsw-plus", d, "ip", M=32, ef_construction=200, progress=False, fast_scan=True),
             lambda v: {"ef": v}), EFS),
         ("simsearch NEQ fast-scan", neq, PAIRS),
         ("simsearch norm-ivf", index_builder(
