@@ -134,13 +134,23 @@ inline void accumulate(const uint8_t* b0, const uint8_t* b1, int64_t n_pairs, co
 #endif
 
 #if defined(SS_AVX512)
-// estimates of 16 items from their uint16 sums; pushes those above the heap's threshold
-inline void finish16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale,
-                     float bias, uint32_t valid, TopK& top, int64_t base) {
+// the estimates of 16 items from their uint16 sums; finish16 pushes those above the heap's
+// threshold
+inline __m512 estimate16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale,
+                         float bias) {
   __m512 e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(sums)),
                              _mm512_set1_ps(scale), _mm512_set1_ps(bias));
   __m512i nc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(norms)));
-  __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(nc, codebook), e);
+  return _mm512_mul_ps(_mm512_permutexvar_ps(nc, codebook), e);
+}
+// ... stored to out[0..15] (the quantized graph's expansion)
+inline void est16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale, float bias,
+                  float* out) {
+  _mm512_storeu_ps(out, estimate16(sums, norms, codebook, scale, bias));
+}
+inline void finish16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale,
+                     float bias, uint32_t valid, TopK& top, int64_t base) {
+  __m512 s = estimate16(sums, norms, codebook, scale, bias);
   uint32_t m = _mm512_cmp_ps_mask(s, _mm512_set1_ps(top.threshold()), _CMP_GT_OQ) & valid;
   if (m) {
     alignas(64) float sc[16];
@@ -149,15 +159,25 @@ inline void finish16(__m256i sums, const uint8_t* norms, __m512 codebook, float 
   }
 }
 #elif defined(SS_AVX2)
+// the estimates of items 8h..8h+7 of 16 from their uint16 sums
+inline __m256 estimate8(__m256i sums, int h, const uint8_t* norms, const float* codebook,
+                        float scale, float bias) {
+  __m128i part = h ? _mm256_extracti128_si256(sums, 1) : _mm256_castsi256_si128(sums);
+  __m256 e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(part)),
+                             _mm256_set1_ps(scale), _mm256_set1_ps(bias));
+  __m256i nc = _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(norms + 8 * h)));
+  return _mm256_mul_ps(_mm256_i32gather_ps(codebook, nc, 4), e);
+}
+inline void est16(__m256i sums, const uint8_t* norms, const float* codebook, float scale,
+                  float bias, float* out) {
+  for (int h = 0; h < 2; ++h)
+    _mm256_storeu_ps(out + 8 * h, estimate8(sums, h, norms, codebook, scale, bias));
+}
 inline void finish16(__m256i sums, const uint8_t* norms, const float* codebook, float scale,
                      float bias, uint32_t valid, TopK& top, int64_t base) {
   for (int h = 0; h < 2; ++h) {
-    __m128i part = h ? _mm256_extracti128_si256(sums, 1) : _mm256_castsi256_si128(sums);
-    __m256 e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(part)),
-                               _mm256_set1_ps(scale), _mm256_set1_ps(bias));
-    __m256i nc = _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(norms + 8 * h)));
-    __m256 s = _mm256_mul_ps(_mm256_i32gather_ps(codebook, nc, 4), e);
+    __m256 s = estimate8(sums, h, norms, codebook, scale, bias);
     uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(
                      _mm256_cmp_ps(s, _mm256_set1_ps(top.threshold()), _CMP_GT_OQ))) &
                  (valid >> (8 * h)) & 0xffu;
@@ -272,29 +292,6 @@ struct LutVecs {
 #endif
   }
 };
-
-// the estimates of 16 items from their uint16 sums, stored to out[0..15]
-#if defined(SS_AVX512)
-inline void est16(__m256i sums, const uint8_t* norms, __m512 codebook, float scale, float bias,
-                  float* out) {
-  __m512 e = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(sums)),
-                             _mm512_set1_ps(scale), _mm512_set1_ps(bias));
-  __m512i nc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(norms)));
-  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(nc, codebook), e));
-}
-#elif defined(SS_AVX2)
-inline void est16(__m256i sums, const uint8_t* norms, const float* codebook, float scale,
-                  float bias, float* out) {
-  for (int h = 0; h < 2; ++h) {
-    __m128i part = h ? _mm256_extracti128_si256(sums, 1) : _mm256_castsi256_si128(sums);
-    __m256 e = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(part)),
-                               _mm256_set1_ps(scale), _mm256_set1_ps(bias));
-    __m256i nc = _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(norms + 8 * h)));
-    _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_i32gather_ps(codebook, nc, 4), e));
-  }
-}
-#endif
 
 // The estimates of all 32 items of blocks [b, b_end) into out[32 * (b - b_start) + i]: the
 // quantized graph's expansion (a node's neighbours in one or two blocks).
