@@ -52,9 +52,9 @@ struct GraphArgs {
   // the inner-product graph
   const int32_t* links; int64_t width; const int32_t* degree;
   // the quantized graph, or qblocks nullptr: node u's neighbours' 4-bit NEQ codes in blocks
-  // node_blocks[u]..[u + 1] of the fast-scan layout (item i of its block j is links[u][32j + i]),
-  // so one expansion scores them all with the tables ``luts`` (FastScanArgs' estimate)
-  const uint8_t* qblocks; int64_t q_pairs; const int64_t* node_blocks;
+  // u * q_per_node.. of the fast-scan layout (item i of its block j is links[u][32j + i]), so
+  // one expansion scores them all with the tables ``luts`` (FastScanArgs' estimate)
+  const uint8_t* qblocks; int64_t q_pairs; int64_t q_per_node;
   const uint8_t* luts; const float* lut_scale; const float* lut_bias;
   const float* norm_codebook;
   int32_t* out_pos;     // (nq, k)

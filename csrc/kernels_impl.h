@@ -715,20 +715,19 @@ struct QuantizedWalk {
   QuantizedWalk(const GraphArgs& a_)
       : a(a_), lut_vecs(nullptr), scale(0.f), bias(0.f), stride(a_.q_pairs * 32 + 32),
         est((a_.width + 31) / 32 * 32 + 64), fresh(a_.width + 1) {}
+  // node u's blocks start at block u * q_per_node: no index to load before the prefetch
   void prefetch(int32_t u) const {
     _mm_prefetch(reinterpret_cast<const char*>(a.links + static_cast<int64_t>(u) * a.width),
                  _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(a.degree + u), _MM_HINT_T0);
-    const char* p = reinterpret_cast<const char*>(a.qblocks + a.node_blocks[u] * stride);
-    const int64_t nb = std::min<int64_t>(a.node_blocks[u + 1] - a.node_blocks[u],
-                                         (a.degree[u] + 31) / 32);
-    for (int64_t l = 0; l < nb * stride; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    const char* p = reinterpret_cast<const char*>(a.qblocks + u * a.q_per_node * stride);
+    for (int64_t l = 0; l < a.q_per_node * stride; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
   }
   int64_t expand(int32_t node, Visited& visited, Pool& pool, int64_t& cur) {
     const int32_t* row = a.links + static_cast<int64_t>(node) * a.width;
     // the blocks the node's degree fills (a node owns room for its whole row)
-    const int64_t b = a.node_blocks[node];
-    const int64_t b_end = std::min<int64_t>(a.node_blocks[node + 1], b + (a.degree[node] + 31) / 32);
+    const int64_t b = node * a.q_per_node;
+    const int64_t b_end = b + std::min<int64_t>(a.q_per_node, (a.degree[node] + 31) / 32);
     const int64_t deg = std::min<int64_t>(a.degree[node], 32 * (b_end - b));
     int64_t nf = 0;
     uint8_t* tag = visited.tag;

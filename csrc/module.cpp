@@ -163,7 +163,7 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
                   In<int32_t> a_degree0, In<int32_t> a_upper_links, In<int32_t> a_upper_degree,
                   In<int64_t> a_upper_start, int64_t a_entry, int64_t a_max_level,
                   In<int32_t> links, In<int32_t> degree, In<uint8_t> qblocks,
-                  In<int64_t> node_blocks, In<uint8_t> luts, In<float> lut_scale,
+                  int64_t q_per_node, In<uint8_t> luts, In<float> lut_scale,
                   In<float> lut_bias, In<float> norm_codebook, Out<uint8_t> visited,
                   Out<uint8_t> epochs, Out<int32_t> out_pos, Out<float> out_scores,
                   Out<int64_t> out_ndis, int n_threads) {
@@ -192,10 +192,9 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
     require(qblocks.shape(1) >= 64 && qblocks.shape(1) % 32 == 0,
             "qblocks must be (n_blocks, 32 * n_pairs + 32) uint8");
     q_pairs = qblocks.shape(1) / 32 - 1;
-    require(node_blocks.ndim() == 1 && node_blocks.shape(0) == static_cast<size_t>(n) + 1 &&
-                node_blocks.data()[0] == 0 &&
-                node_blocks.data()[n] <= static_cast<int64_t>(qblocks.shape(0)),
-            "node_blocks must be (n + 1,), from 0 to at most n_blocks");
+    require(q_per_node >= 1 && q_per_node <= 64 &&
+                static_cast<int64_t>(qblocks.shape(0)) >= n * q_per_node,
+            "qblocks must hold q_per_node (1..64) blocks for each of the n items");
     require(luts.ndim() == 3 && luts.shape(0) == static_cast<size_t>(nq) &&
                 luts.shape(1) == static_cast<size_t>(2 * q_pairs) && luts.shape(2) == 16,
             "luts must be (nq, 2 * n_pairs, 16) uint8");
@@ -227,7 +226,7 @@ void graph_search(In<float> Q, int64_t k, int64_t ef, int64_t angular_ef, int64_
   a.a_entry = a_entry; a.a_max_level = a_max_level;
   a.links = links.data(); a.width = links.shape(1); a.degree = degree.data();
   if (quantized) {
-    a.qblocks = qblocks.data(); a.q_pairs = q_pairs; a.node_blocks = node_blocks.data();
+    a.qblocks = qblocks.data(); a.q_pairs = q_pairs; a.q_per_node = q_per_node;
     a.luts = luts.data(); a.lut_scale = lut_scale.data(); a.lut_bias = lut_bias.data();
     a.norm_codebook = norm_codebook.data();
   }

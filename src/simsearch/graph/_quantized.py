@@ -4,8 +4,10 @@ graph"): beside each node, its neighbours' 4-bit NEQ codes in the fast-scan bloc
 neighbours with one compiled block scan instead of one random row read each (SymphonyQG's idea,
 over NEQ codes). The beam's best are then re-scored on the float vectors.
 
-Every node owns ``ceil(width / 32)`` blocks at fixed places, so a write re-packs only the nodes
-whose links changed; the walk scans the first ``ceil(degree / 32)`` of them.
+Every node owns ``ceil(width / 32)`` blocks at fixed places (node u's from block
+``u * per_node``: the walk finds them without a lookup), so a write re-packs only the nodes whose
+links changed; the walk scans the first ``ceil(degree / 32)`` of them. The blocks cover the
+index's capacity, as its other per-item arrays do (untouched rows cost no memory).
 """
 
 from __future__ import annotations
@@ -40,8 +42,7 @@ class QuantizedGraph:
         self.stride = (self.n_pairs + 1) * FS.BLOCK
         self.codes = np.empty((0, self.m), np.uint8)
         self.norm_codes = np.empty(0, np.uint8)
-        self.blocks = np.empty((0, self.stride), np.uint8)
-        self._node_blocks = np.zeros(1, np.int64)
+        self.blocks = np.empty((0, self.stride), np.uint8)  # node u's: u * per_node..
 
     @classmethod
     def train(cls, x: np.ndarray, n_codebooks: int, width: int, seed: int) -> QuantizedGraph:
@@ -85,15 +86,6 @@ class QuantizedGraph:
             slot = np.arange(len(own)) - packed.list_blocks[own]
             out[own, slot] = packed.blocks
             blocks[part] = out
-
-    def node_blocks(self, n: int) -> np.ndarray:
-        """Where node u's blocks start, int64 (n + 1,); nodes not packed yet get none. Kept
-        between calls: a search of one query must not pay for an array of n."""
-        nb = self._node_blocks
-        if len(nb) != n + 1 or nb[-1] != min(n * self.per_node, len(self.blocks)):
-            nb = np.minimum(np.arange(n + 1, dtype=np.int64) * self.per_node, len(self.blocks))
-            self._node_blocks = nb
-        return nb
 
     def tables(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queries' 8-bit lookup tables, scales and biases (fastscan.quantize_luts)."""

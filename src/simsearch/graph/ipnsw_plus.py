@@ -83,7 +83,7 @@ def insert_items(xb, links, degree, link_scores, start, stop, seeds, ef, n_links
 
 
 # the quantized-graph arguments of _simd.graph_search when the walk scores codes one by one
-_NO_QBLOCKS = (np.empty((0, 64), np.uint8), np.zeros(1, np.int64), np.empty((0, 2, 16), np.uint8),
+_NO_QBLOCKS = (np.empty((0, 64), np.uint8), 1, np.empty((0, 2, 16), np.uint8),
                np.empty(0, np.float32), np.empty(0, np.float32), np.zeros(16, np.float32))
 
 
@@ -337,6 +337,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
             diff = (old_degree != degree[:n0]) | np.any(old_links != links[:n0], axis=1)
             changed = np.concatenate([np.flatnonzero(diff), changed])
         g.repack(changed, links, degree)
+        g.grow(len(self._links))  # the walk may read any position below the capacity
 
     def _encode_sq8(self, start: int, stop: int) -> None:
         """Codes for positions start..stop-1; when they widen a dimension's range every code is
@@ -420,7 +421,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         ndis = np.zeros((nq, 2), np.int64)
         qg, quantized = self._qgraph, _NO_QBLOCKS
         if qg is not None:
-            quantized = (qg.blocks, qg.node_blocks(n), *qg.tables(q), qg.codec.norm_codebook)
+            quantized = (qg.blocks, qg.per_node, *qg.tables(q), qg.codec.norm_codebook)
         vis, epochs = item = self._pool.acquire(threads, n)
         try:
             _simd.graph_search(q, k, ef, angular_ef, rerank, xb[:n], codes[:n], vmin, vstep,
