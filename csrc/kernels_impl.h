@@ -712,6 +712,8 @@ struct QuantizedWalk {
   int64_t stride;
   std::vector<float> est;
   std::vector<int32_t> fresh;
+  const float* q = nullptr;
+  std::vector<std::pair<float, int32_t>> exact;  // every expanded live node, scored exactly
   QuantizedWalk(const GraphArgs& a_)
       : a(a_), lut_vecs(nullptr), scale(0.f), bias(0.f), stride(a_.q_pairs * 32 + 32),
         est((a_.width + 31) / 32 * 32 + 64), fresh(a_.width + 1) {}
@@ -722,8 +724,11 @@ struct QuantizedWalk {
     _mm_prefetch(reinterpret_cast<const char*>(a.degree + u), _MM_HINT_T0);
     const char* p = reinterpret_cast<const char*>(a.qblocks + u * a.q_per_node * stride);
     for (int64_t l = 0; l < a.q_per_node * stride; l += 64) _mm_prefetch(p + l, _MM_HINT_T0);
+    const char* v = reinterpret_cast<const char*>(a.xb + static_cast<int64_t>(u) * a.d);
+    for (int64_t l = 0; l < a.d * 4; l += 64) _mm_prefetch(v + l, _MM_HINT_T0);
   }
   int64_t expand(int32_t node, Visited& visited, Pool& pool, int64_t& cur) {
+    if (a.live[node]) exact.emplace_back(dot(q, a.xb + static_cast<int64_t>(node) * a.d, a.d), node);
     const int32_t* row = a.links + static_cast<int64_t>(node) * a.width;
     // the blocks the node's degree fills (a node owns room for its whole row)
     const int64_t b = node * a.q_per_node;
@@ -766,6 +771,8 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visit
     const float* q = a.Q + i * a.d;
     Scorer sc(a, q);
     if (a.qblocks) {
+      qw.q = q;
+      qw.exact.clear();
       qw.lut_vecs = lv.load(a.luts + i * 2 * a.q_pairs * 16);
       qw.scale = a.lut_scale[i];
       qw.bias = a.lut_bias[i];
@@ -830,7 +837,15 @@ void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visit
     int32_t* op = a.out_pos + i * a.k;
     float* os = a.out_scores + i * a.k;
     int64_t j = 0;
-    if (a.codes || a.qblocks) {  // exact re-rank of the beam's best live entries
+    if (a.qblocks) {  // the best of the expanded nodes, scored exactly as they were expanded
+      auto& ex = qw.exact;
+      const int64_t m = std::min<int64_t>(a.k, ex.size());
+      std::partial_sort(ex.begin(), ex.begin() + m, ex.end(),
+                        [](const auto& x, const auto& y) {
+                          return x.first > y.first || (x.first == y.first && x.second < y.second);
+                        });
+      for (; j < m; ++j) { op[j] = ex[j].second; os[j] = ex[j].first; }
+    } else if (a.codes) {  // exact re-rank of the beam's best live entries
       best.clear();
       const int64_t depth = std::max(a.k, a.rerank);
       for (int64_t t = 0; t < pool.size && static_cast<int64_t>(best.size()) < depth; ++t) {

@@ -148,7 +148,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
     fast_scan : also keep a quantized graph: each node holds its neighbours' 4-bit NEQ codes
         in the fast-scan block layout, and the inner-product walk scores all of a node's
         neighbours with one compiled block scan (SymphonyQG's idea; docs/bench-graph.md, "The
-        quantized graph"); the beam's best ``rerank`` are re-scored exactly. The codec trains on
+        quantized graph"); each node is scored exactly on its float vector as it is expanded,
+        and the answer is the best of those (``rerank`` does not apply). The codec trains on
         the items of the first add that brings the index to 256 items or more.
     fast_scan_codebooks : direction codebooks of those codes (default dim // 2, at most 255).
 
