@@ -36,6 +36,7 @@ KINDS = {
     "neq": ("neq", "ip", {"n_codebooks": 2, "nbits": 4, "fast_scan": True}),
     "ipnsw-plus": ("ipnsw-plus", "ip", {"M": 8}),
     "ipnsw-plus-float": ("ipnsw-plus", "ip", {"M": 8, "sq8": False}),
+    "ipnsw-plus-quantized": ("ipnsw-plus", "ip", {"M": 8, "fast_scan": True}),
     "pyramid": ("pyramid", "ip", {"n_centers": 8, "n_partitions": 2, "mips_replicas": 4,
                                   "sub_index": "flat"}),
 }

@@ -2,7 +2,7 @@
 graph"): beside each node, its neighbours' 4-bit NEQ codes in the fast-scan block layout
 (simsearch.quant.fastscan), so one expansion of the inner-product walk scores all of a node's
 neighbours with one compiled block scan instead of one random row read each (SymphonyQG's idea,
-over NEQ codes). The beam's best are then re-scored on the float vectors.
+over NEQ codes). Each node is scored exactly on its float vector as the walk expands it.
 
 Every node owns ``ceil(width / 32)`` blocks at fixed places (node u's from block
 ``u * per_node``: the walk finds them without a lookup), so a write re-packs only the nodes whose
@@ -100,11 +100,13 @@ class QuantizedGraph:
                 "codes": self.codes[:n], "norm_codes": self.norm_codes[:n]}  # fmt: skip
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], width: int, links: np.ndarray,
+    def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int, width: int, links: np.ndarray,
                     degree: np.ndarray) -> QuantizedGraph:  # fmt: skip
         codec = loads(np.asarray(arrays["codec"], np.uint8).tobytes())
-        if not isinstance(codec, NEQIndex) or codec.nbits != 4:
-            raise ValueError("the quantized graph's codec is not a 4-bit NEQ quantizer")
+        if not isinstance(codec, NEQIndex) or codec.nbits != 4 or codec.dim != dim \
+                or not codec.is_trained or codec.n_lists:
+            raise ValueError("the quantized graph's codec is not a trained 4-bit NEQ quantizer "
+                             "of the index's dimension")
         g = cls(codec, width)
         n = len(degree)
         codes = np.asarray(arrays["codes"], np.uint8)

@@ -531,7 +531,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         if self._params.get("fast_scan"):
             saved = {k[7:]: v for k, v in arrays.items() if k.startswith("qgraph.")}
             if saved:
-                self._qgraph = QuantizedGraph.from_arrays(saved, links.shape[1], links, degree)
+                self._qgraph = QuantizedGraph.from_arrays(saved, self.dim, links.shape[1], links,
+                                                          degree)
             else:  # saved before it was trained (or without one): train now
                 self._n = n
                 self._update_qgraph(0, n, None)
