@@ -38,7 +38,7 @@ def run(name: str, codebooks: int, size: dict) -> list[dict]:
     qg = idx._qgraph  # the bench switches the walk on the same graph
     per_item = idx.memory_bytes() / len(idx)
     print(f"[quantized] {name}: built in {build:.1f} s, {per_item:,.0f} bytes/item "
-          f"({qg.nbytes / len(idx):,.0f} of them the quantized graph)", file=sys.stderr)
+          f"({qg.nbytes(len(idx)) / len(idx):,.0f} of them the quantized graph)", file=sys.stderr)
     walks = {"sq8": None, "quantized": qg}
     rows = []
     for ef in EFS:

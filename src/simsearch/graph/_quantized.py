@@ -91,9 +91,10 @@ class QuantizedGraph:
         """The queries' 8-bit lookup tables, scales and biases (fastscan.quantize_luts)."""
         return FS.quantize_luts(self.codec.lookup_tables(q), self.n_pairs)
 
-    @property
-    def nbytes(self) -> int:
-        return self.codes.nbytes + self.norm_codes.nbytes + self.blocks.nbytes
+    def nbytes(self, n: int) -> int:
+        """Bytes of the first n items' codes and blocks (the capacity beyond is untouched)."""
+        return self.codes[:n].nbytes + self.norm_codes[:n].nbytes + \
+            self.blocks[: n * self.per_node].nbytes
 
     def to_arrays(self, n: int) -> dict[str, np.ndarray]:
         return {"codec": np.frombuffer(self.codec.to_bytes(), np.uint8),

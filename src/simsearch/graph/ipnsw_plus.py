@@ -392,7 +392,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         if self._link_scores is not None:
             own += self._link_scores[:n].nbytes
         if self._qgraph is not None:
-            own += self._qgraph.nbytes
+            own += self._qgraph.nbytes(n)
         return int(own + self._angular.index_file_size())
 
     # -- searching ------------------------------------------------------------------------
