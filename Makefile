@@ -25,7 +25,7 @@ lint: $(PY)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy tests/static
-	$(PY) -m pytest -q -p no:doctest tests/test_docs.py -k links   # every relative link resolves
+	$(PY) -m pytest -q tests/test_docs.py -k links   # every relative link resolves
 
 # the API reference, from the docstrings (tests/test_docs.py builds the same modules)
 API_MODULES := simsearch simsearch.aio simsearch.lsh simsearch.quant simsearch.graph \
