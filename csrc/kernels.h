@@ -73,12 +73,27 @@ struct RerankArgs {
   float* out_scores;    // (nq, k)
 };
 
+// Exact top-k over every row (the flat index's small batches): inner product, or with ``xsq``
+// squared L2 (|q|^2 - 2 q.x + |x|^2, at least 0). Ties go to the smaller id.
+struct FlatArgs {
+  const float* Q;       // (nq, d)
+  int64_t d;
+  const float* xb;      // (n, d)
+  int64_t n;
+  const int64_t* ids;   // (n,)
+  const float* xsq;     // (n,) squared norms of xb, or nullptr: inner product
+  int64_t k;            // <= n
+  int64_t* out_ids;     // (nq, k), best first
+  float* out_scores;    // (nq, k)
+};
+
 #define SIMSEARCH_DECLARE(NS)                                                                \
   namespace NS {                                                                             \
   void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi);                          \
   void graph_search(const GraphArgs& a, int64_t q_lo, int64_t q_hi, uint8_t* visited,       \
                     uint8_t* epoch);                                                         \
   void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi);                             \
+  void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi);                             \
   /* float tables (nq, md, 16) -> 8-bit tables, scale, bias (fastscan.quantize_luts) */      \
   void quantize_luts(const float* lut, int64_t md, int64_t n_pairs, int64_t q_lo,            \
                      int64_t q_hi, uint8_t* q8, float* scale, float* bias);                  \

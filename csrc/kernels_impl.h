@@ -472,6 +472,79 @@ void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi) {
 
 namespace {
 
+// out[j] = q . x[j] for the n rows of x: four rows at a time share the query's loads and one
+// reduction (the per-row horizontal sum is what bounds a one-row-at-a-time scan at small d)
+void dots(const float* q, const float* x, int64_t n, int64_t d, float* out) {
+  int64_t j = 0;
+#if defined(SS_AVX512)
+  for (; j + 4 <= n; j += 4) {
+    const float* x0 = x + j * d;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < d; t += 16) {
+      const __mmask16 m = d - t >= 16 ? 0xffff : static_cast<__mmask16>((1u << (d - t)) - 1u);
+      const __m512 qv = _mm512_maskz_loadu_ps(m, q + t);
+      a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, x0 + t), a0);
+      a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, x0 + d + t), a1);
+      a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, x0 + 2 * d + t), a2);
+      a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, x0 + 3 * d + t), a3);
+    }
+    // per 128-bit lane: [a0, a1, a2, a3] partial sums, then the four lanes added
+    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 v = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+    _mm_storeu_ps(out + j, _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+  }
+#endif
+  for (; j < n; ++j) out[j] = dot(q, x + j * d, d);
+}
+
+}  // namespace
+
+void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi) {
+  using Entry = std::pair<float, int64_t>;
+  // "better": the higher score, or the same score and the smaller id; the heap's top is the
+  // worst kept, and sort_heap leaves the best first
+  auto better = [](const Entry& u, const Entry& v) {
+    return u.first > v.first || (u.first == v.first && u.second < v.second);
+  };
+  std::vector<Entry> heap;
+  heap.reserve(a.k);
+  constexpr int64_t B = 256;  // rows scored before their pass through the heap
+  float sc[B];
+  const bool l2 = a.xsq != nullptr;
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const float* qv = a.Q + q * a.d;
+    const float qn = l2 ? dot(qv, qv, a.d) : 0.f;
+    heap.clear();
+    for (int64_t lo = 0; lo < a.n; lo += B) {
+      const int64_t m = std::min(B, a.n - lo);
+      dots(qv, a.xb + lo * a.d, m, a.d, sc);
+      if (l2)  // the oracle's formula (simsearch._exact), negated: higher is better
+        for (int64_t j = 0; j < m; ++j) sc[j] = -std::max(qn - 2.f * sc[j] + a.xsq[lo + j], 0.f);
+      for (int64_t j = 0; j < m; ++j) {
+        const Entry e{sc[j], a.ids[lo + j]};
+        if (static_cast<int64_t>(heap.size()) < a.k) {
+          heap.push_back(e);
+          std::push_heap(heap.begin(), heap.end(), better);
+        } else if (e.first >= heap.front().first && better(e, heap.front())) {
+          std::pop_heap(heap.begin(), heap.end(), better);
+          heap.back() = e;
+          std::push_heap(heap.begin(), heap.end(), better);
+        }
+      }
+    }
+    std::sort_heap(heap.begin(), heap.end(), better);
+    for (int64_t t = 0; t < a.k; ++t) {
+      a.out_ids[q * a.k + t] = heap[t].second;
+      a.out_scores[q * a.k + t] = l2 ? -heap[t].first : heap[t].first;
+    }
+  }
+}
+
+namespace {
+
 // sum_t qi[t] * c[t]: int8 query, 8-bit codes, exact in int32 (qi padded with zeros to 64)
 inline int32_t dot_i8(const int8_t* qi, const uint8_t* c, int64_t d) {
 #if defined(SS_AVX512)

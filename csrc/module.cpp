@@ -51,9 +51,10 @@ struct Kernels {
   decltype(&scalar::graph_search) graph_search;
   decltype(&scalar::rerank) rerank;
   decltype(&scalar::quantize_luts) quantize_luts;
+  decltype(&scalar::flat_topk) flat_topk;
 };
 #define SIMSEARCH_KERNELS(NS) \
-  Kernels { &NS::fastscan, &NS::graph_search, &NS::rerank, &NS::quantize_luts }
+  Kernels { &NS::fastscan, &NS::graph_search, &NS::rerank, &NS::quantize_luts, &NS::flat_topk }
 const Kernels kKernels[] = {SIMSEARCH_KERNELS(scalar), SIMSEARCH_KERNELS(avx2),
                             SIMSEARCH_KERNELS(avx512)};
 
@@ -73,7 +74,8 @@ void require(bool ok, const std::string& what) {
 }
 
 int resolve_threads(int n_threads, int64_t nq) {
-  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // asked once: glibc reads /sys for it, which cost a small batch's call several microseconds
+  static const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int t = n_threads == -1 ? hw : n_threads;
   require(t >= 1 && t <= 1024, "n_threads must be -1 or in [1, 1024]");
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, nq)));
@@ -257,6 +259,48 @@ void rerank(In<int64_t> cand, In<float> xb, In<float> Q, Out<int64_t> out_pos,
                   [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
 }
 
+// true when no element is NaN or +-Inf (an exponent of all ones): every search and add checks
+// its batch, and numpy's isfinite + all costs a small batch more than the rest of the check
+bool all_finite(In<float> x) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x.data());
+  const size_t n = x.size();
+  uint32_t bad = 0;
+  {
+    nb::gil_scoped_release release;
+    for (size_t i = 0; i < n; ++i) bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
+  }
+  return !bad;
+}
+
+// returns fresh (ids (nq, k) int64, scores (nq, k) float32) arrays: the flat index's small
+// batches call this once per search, so the outputs are not another Python call each
+nb::tuple flat_topk(In<float> Q, In<float> xb, In<int64_t> ids, nb::object xsq, int64_t k) {
+  require(Q.ndim() == 2 && xb.ndim() == 2 && Q.shape(1) == xb.shape(1),
+          "Q (nq, d) and xb (n, d) float32");
+  const int64_t nq = Q.shape(0), n = xb.shape(0), d = Q.shape(1);
+  require(ids.ndim() == 1 && ids.shape(0) == static_cast<size_t>(n), "ids: (n,) int64");
+  require(k >= 1 && k <= n, "k must be in [1, n]");
+  const float* sq = nullptr;
+  In<float> xsq_arr;
+  if (!xsq.is_none()) {
+    xsq_arr = nb::cast<In<float>>(xsq);
+    require(xsq_arr.ndim() == 1 && xsq_arr.shape(0) == static_cast<size_t>(n),
+            "xsq: (n,) float32 or None");
+    sq = xsq_arr.data();
+  }
+  int64_t* out_ids = new int64_t[nq * k];
+  float* out_scores = new float[nq * k];
+  nb::capsule own_ids(out_ids, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
+  nb::capsule own_scores(out_scores, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  FlatArgs a{Q.data(), d, xb.data(), n, ids.data(), sq, k, out_ids, out_scores};
+  const auto run = kernels().flat_topk;
+  parallel_blocks(nq, 1, [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
+  const size_t shape[2] = {static_cast<size_t>(nq), static_cast<size_t>(k)};
+  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(out_ids, 2, shape, own_ids),
+                        nb::ndarray<nb::numpy, float, nb::ndim<2>>(out_scores, 2, shape,
+                                                                   own_scores));
+}
+
 }  // namespace
 
 NB_MODULE(_simd, m) {
@@ -287,6 +331,12 @@ NB_MODULE(_simd, m) {
   m.def("graph_search", &graph_search);
   m.def("quantize_luts", &quantize, nb::arg("lut"), nb::arg("q8"), nb::arg("scale"),
         nb::arg("bias"), nb::arg("n_threads"));
+  m.def("all_finite", &all_finite, nb::arg("x"),
+        "True when no element of the float32 C-contiguous array is NaN or infinite.");
+  m.def("flat_topk", &flat_topk, nb::arg("Q"), nb::arg("xb"), nb::arg("ids"), nb::arg("xsq").none(),
+        nb::arg("k"),
+        "The exact top-k of each query over every row (inner product, or with xsq squared "
+        "L2), best first, ties to the smaller id: (ids (nq, k) int64, scores (nq, k) float32).");
   m.def("rerank", &rerank, nb::arg("cand"), nb::arg("xb"), nb::arg("Q"), nb::arg("out_pos"),
         nb::arg("out_scores"), nb::arg("n_threads"));
 }

@@ -176,6 +176,44 @@ def test_rerank_equals_numba(isa):
     assert_knn_equal(pos, sc, ref_pos, ref_s)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("d", [1, 13, 64, 70])
+def test_flat_topk_equals_the_score_matrix(isa, d):
+    """The small-batch exact scan against the BLAS score matrix + numba top-k it replaces (seen
+    failing with the four-row reduction's lanes swapped, and with ties going to the first row
+    scanned instead of the smaller id)."""
+    from simsearch import _simd
+    from simsearch._exact import exact_scores, topk_from_scores
+
+    rng = np.random.default_rng(d)
+    x = rng.normal(size=(1003, d)).astype(np.float32)
+    x[500:520] = x[7]  # ties, stored under ids in no particular order
+    ids = rng.permutation(10**6)[:1003].astype(np.int64)
+    q = np.vstack([rng.normal(size=(3, d)), x[7:8]]).astype(np.float32)
+    sq = (x * x).sum(1)
+    for metric, xsq in (("ip", None), ("l2", sq)):
+        for k in (1, 10, 30, 1003):
+            ref = topk_from_scores(exact_scores(q, x, metric, sq), k, metric == "ip", ids)
+            with simd.use_isa(isa):
+                got = _simd.flat_topk(q, x, ids, xsq, k)
+            assert_knn_equal(*got, *ref, rtol=1e-4, atol=1e-4)
+            if metric == "l2":  # the query equal to row 7: its 21 copies first, by id
+                tied = got[0][3, : min(k, 21)]
+                assert list(tied) == sorted(tied)
+
+
+def test_flat_topk_refuses_bad_shapes():
+    from simsearch import _simd
+
+    x, ids = np.ones((5, 4), np.float32), np.arange(5)
+    with pytest.raises(ValueError, match="k must be"):
+        _simd.flat_topk(x[:1], x, ids, None, 6)
+    with pytest.raises(ValueError, match="ids"):
+        _simd.flat_topk(x[:1], x, ids[:4], None, 2)
+    with pytest.raises(ValueError, match="xsq"):
+        _simd.flat_topk(x[:1], x, ids, np.ones(4, np.float32), 2)
+
+
 def test_sq8_codes_cover_every_value(graph_data):
     x, _ = graph_data
     idx = ss.create_index("ipnsw-plus", x.shape[1], "ip", M=8, progress=False, sq8=True)

@@ -7,13 +7,16 @@ Starts a node (``python -m simsearch.service.server --threads 1``) with a flat c
 times single calls in blocks of 100, the three callers in a fresh random order each block, so
 that every one sees the same machine: the echo; the generated stub's Search (the node's own cost,
 no client code); and ``RemoteCollection.search`` (what a user calls). Prints the median and mean
-microseconds per call and their ratio to the echo's. Against another checkout's code:
-bench/ab/sitecustomize.py.
+microseconds per call and their ratio to the echo's, and the CPU time per call of the server
+process answering (from /proc, over each caller's blocks) and of the calling thread: the wall
+times swing with the machine's other tenants, the CPU times much less. Against another
+checkout's code: bench/ab/sitecustomize.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -26,6 +29,12 @@ from bench import start_echo, start_server  # noqa: E402  (bench/service/bench.p
 from simsearch.eval import markdown_table  # noqa: E402
 from simsearch.service import convert  # noqa: E402
 from simsearch.service.client import connect  # noqa: E402
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) the process has used, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                 "node, generated stub": raw,
                 "node, RemoteCollection.search": lambda i: col.search(qs[i : i + 1], a.k),
             }
+            server_of = {"bare echo": echo.pid}
             took: dict[str, list[float]] = {name: [] for name in callers}
+            cpu = {name: [0.0, 0.0] for name in callers}  # server, client seconds
             for fn in callers.values():  # warm up channels and caches
                 for i in range(300):
                     fn(i % len(qs))
@@ -71,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
                 rng.shuffle(order)  # no caller always runs after the same one
                 for name in order:
                     fn, out = callers[name], took[name]
+                    pid = server_of.get(name, node.pid)
+                    s0, c0 = process_cpu(pid), time.thread_time()
                     for i in range(100):
                         t0 = time.perf_counter()
                         fn(i % len(qs))
                         out.append(time.perf_counter() - t0)
+                    cpu[name][0] += process_cpu(pid) - s0
+                    cpu[name][1] += time.thread_time() - c0
             channel.close()
             client.close()
         finally:
@@ -85,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     mean = {name: float(np.mean(v)) * 1e6 for name, v in took.items()}
     rows = [{"call": name, "median µs": med[name],
              "median / echo": f"{med[name] / med['bare echo']:.2f}",
-             "mean µs": mean[name], "mean / echo": f"{mean[name] / mean['bare echo']:.2f}"}
+             "mean µs": mean[name], "mean / echo": f"{mean[name] / mean['bare echo']:.2f}",
+             "server CPU µs/call": cpu[name][0] / len(took[name]) * 1e6,
+             "client CPU µs/call": cpu[name][1] / len(took[name]) * 1e6}
             for name in callers]
     print(markdown_table(rows, list(rows[0])))
     return 0

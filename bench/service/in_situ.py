@@ -1,13 +1,15 @@
 """Where a batch-1 search spends its time inside the node, timed in the serving process.
 
-    python bench/service/in_situ.py [--calls 4000] [--n 1000]
+    python bench/service/in_situ.py [--calls 4000] [--n 1000] [--detail]
 
 Starts a node whose Search handler and the stages under it (query decoding, the collection,
 ``Index.search``, the index's own ``_search``, the response encoding) are wrapped with timers,
 makes ``--calls`` single-query searches through the generated stub on a flat collection of
 ``--n`` x 64, and prints each stage's median and mean microseconds per call (the last 3,000
-calls). Called in a loop the same handler is several times faster: between gRPC calls its code
-and data start cold. Against another checkout's code: bench/ab/sitecustomize.py.
+calls). ``--detail`` adds the steps under them (validation, the two read locks, the deadline
+check, the top-k scan), each timer adding its own cost to the stages above it. Called in a loop
+the same handler is several times faster: between gRPC calls its code and data start cold.
+Against another checkout's code: bench/ab/sitecustomize.py.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,16 @@ STAGES = [
     ("simsearch.flat", "FlatIndex", "_search", "FlatIndex._search"),
     ("simsearch.service.convert", None, "to_search_response", "encode response"),
 ]
+DETAIL = [
+    ("simsearch.service.store", "Store", "get", "store.get"),
+    ("simsearch.service.convert", None, "load_params", "load params_json"),
+    ("simsearch._rwlock", "RWLock", "acquire_read", "RWLock.acquire_read (x2)"),
+    ("simsearch._rwlock", "RWLock", "release_read", "RWLock.release_read (x2)"),
+    ("simsearch.index", None, "check_deadline", "check_deadline"),
+    ("simsearch.index", None, "as_matrix", "as_matrix"),
+    ("simsearch.index", None, "pad_result", "pad_result"),
+    ("simsearch.flat", None, "exact_topk", "exact_topk"),
+]
 
 
 def serve(argv: list[str]) -> int:
@@ -42,7 +55,8 @@ def serve(argv: list[str]) -> int:
     from simsearch.service import server
 
     times: dict[str, list[float]] = collections.defaultdict(list)
-    for module, cls, attr, label in STAGES:
+    stages = STAGES + (DETAIL if os.environ.get("IN_SITU_DETAIL") else [])
+    for module, cls, attr, label in stages:
         owner = importlib.import_module(module)
         owner = getattr(owner, cls) if cls else owner
         orig = getattr(owner, attr)
@@ -59,7 +73,7 @@ def serve(argv: list[str]) -> int:
         rows = [{"stage": label, "calls": len(times[label]),
                  "median µs": round(float(np.median(np.array(times[label][-3000:]) * 1e6)), 1),
                  "mean µs": round(float(np.mean(np.array(times[label][-3000:]) * 1e6)), 1)}
-                for *_, label in STAGES if times[label]]
+                for *_, label in stages if times[label]]
         print("IN_SITU " + json.dumps(rows), file=sys.stderr, flush=True)
     atexit.register(report)
     return server.main(argv)
@@ -69,6 +83,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=4000)
     p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--detail", action="store_true")
     a = p.parse_args()
     from simsearch.eval import markdown_table
     from simsearch.service import convert
@@ -83,7 +98,8 @@ def main() -> int:
             [sys.executable, __file__, "--serve", "--data-dir", f"{tmp}/data", "--port", "0",
              "--ready-file", str(ready), "--threads", "1", "--workers", "8",
              "--log-level", "WARNING"],
-            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "IN_SITU_DETAIL": "1" if a.detail else ""})
         try:
             t0 = time.monotonic()
             while not ready.exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _simd
 from ._kernels import topk_ids, topk_rows
 
 
@@ -41,6 +42,13 @@ def exact_topk(q: np.ndarray, x: np.ndarray, ids: np.ndarray, k: int, metric: st
     in blocks of queries. Returns (ids int64 (nq, k), scores float32 (nq, k)), padded."""
     hib = metric != "l2"
     nq, n = q.shape[0], x.shape[0]
+    if 1 <= k <= n and (nq <= 2 or (nq <= 8 and nq * n * x.shape[1] <= 1 << 25)):
+        # a few queries: one compiled pass, no score matrix (faiss's IndexFlat does the same
+        # below 20 queries); above these sizes BLAS's blocking wins (docs/kernels.md)
+        xsq = None if hib else ((x * x).sum(1) if x_sqnorms is None else x_sqnorms)
+        return _simd.flat_topk(np.ascontiguousarray(q, np.float32),
+                               np.ascontiguousarray(x, np.float32),
+                               np.ascontiguousarray(ids, np.int64), xsq, k)
     step = max(1, BLOCK_ELEMENTS // max(n, 1))
     if nq <= step:  # one block: no copy
         return topk_from_scores(exact_scores(q, x, metric, x_sqnorms), k, hib, ids)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._simd import all_finite
 from .errors import (
     DeadlineExceededError,
     DimensionMismatchError,
@@ -74,7 +75,8 @@ def check_deadline(deadline: float | None) -> None:
     """A call's deadline (absolute ``time.monotonic()``): DeadlineExceededError once passed."""
     if deadline is None:
         return
-    if not isinstance(deadline, numbers.Real) or isinstance(deadline, bool) or \
+    if type(deadline) is not float and (  # a float needs no ABC check: every call passes here
+            not isinstance(deadline, numbers.Real) or isinstance(deadline, bool)) or \
             not math.isfinite(deadline):
         raise InvalidParameterError(
             f"deadline must be a time.monotonic() value (seconds) or None; got {deadline!r:.80}")
@@ -103,7 +105,7 @@ def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors"
         and x.shape[1] == dim
         and x.flags.c_contiguous
         and metric != "cosine"
-        and np.isfinite(x).all()  # 3x cheaper than a float64 sum (14 us for 754 x 64)
+        and all_finite(x)  # one compiled pass: numpy's isfinite + all costs 7x at batch 1
     ):
         return x  # fast path for the common, already well-formed batch
     try:
@@ -123,8 +125,8 @@ def as_matrix(x: Any, dim: int, metric: str | None = None, what: str = "vectors"
             f"{what} must have shape (n, {dim}) or ({dim},); got shape {arr.shape}"
         )
     arr = np.ascontiguousarray(arr, dtype=np.float32)
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
+    if not all_finite(arr):
+        finite = np.isfinite(arr).all(axis=1)
         row = int(np.flatnonzero(~finite)[0])
         raise InvalidVectorError(
             f"{what} must be finite; row {row} holds NaN or Inf ({int((~finite).sum())} bad rows)"

@@ -245,6 +245,27 @@ def test_error_types_cross_the_wire(node):
     assert dict(ei.value.trailing_metadata())[ERROR_TYPE_KEY] == "InvalidParameterError"
 
 
+def test_bad_queries_are_typed_on_either_client_path(node):
+    """An unfiltered float32 batch goes out without the client's own pass over its values
+    (RemoteCollection.search's one-message path): the server's refusal must come back as the
+    same class and message the client's check gives on the planned path (seen failing with the
+    server's finiteness check removed: the NaN query was answered)."""
+    _, name, client = node
+    col = client.collection(name)
+    nan = np.ones((2, DIM), np.float32)
+    nan[1, 3] = np.nan
+    zero = np.zeros((1, DIM), np.float32)
+    for filt in ({}, {"allow": np.arange(50)}):  # the one-message path, then the plan
+        with pytest.raises(errors.InvalidVectorError, match="must be finite; row 1"):
+            col.search(nan, 3, **filt)
+        with pytest.raises(errors.InvalidVectorError, match="non-zero under the cosine"):
+            col.search(zero, 3, **filt)
+        with pytest.raises(errors.DimensionMismatchError):
+            col.search(np.ones((1, DIM + 1), np.float32), 3, **filt)
+        with pytest.raises(errors.InvalidParameterError, match="k must be"):
+            col.search(np.ones((1, DIM), np.float32), 0, **filt)
+
+
 @pytest.mark.parametrize(
     "exc,code",
     [

@@ -556,7 +556,12 @@ class RemoteCollection(CollectionRequests):
         collection); ``allow`` / ``deny`` id lists and ``where``, a filter over the attributes
         (docs/filters.md); ``deadline`` (time.monotonic()) ends the call earlier than the
         client's timeout; per-call parameters as the collection's index kind takes them."""
-        return self._client._run(self._search_plan(q, k, allow, deny, where, params), deadline)
+        c = self._client
+        req = self._one_message_search(q, k, allow, deny, where, params)
+        if req is None:
+            return c._run(self._search_plan(q, k, allow, deny, where, params), deadline)
+        check_deadline(deadline)  # the common call without the plan: it is on every search's path
+        return c._convert.from_search_response(c._call("Search", req, deadline=deadline))
 
     def get(self, ids: Any = None, vectors: bool = False,
             where: dict | None = None) -> dict[str, Any]:

@@ -84,11 +84,16 @@ def to_search_response(r: SearchResult) -> pb.SearchResponse:
 
 
 def from_search_response(resp: pb.SearchResponse) -> SearchResult:
-    shape = (resp.rows, resp.k)
-    ids = np.frombuffer(resp.ids, dtype=_I64).reshape(shape).astype(np.int64)
-    scores = np.frombuffer(resp.scores, dtype=_F32).reshape(shape).astype(np.float32)
-    coverage = float(resp.coverage) if resp.HasField("coverage") else 1.0
-    return SearchResult(ids, scores, coverage=coverage)
+    rows, k = resp.rows, resp.k
+    ids, scores = resp.ids, resp.scores
+    if len(ids) != rows * k * _I64.itemsize or len(scores) != rows * k * _F32.itemsize:
+        raise InvalidParameterError(
+            f"a search response of {rows} x {k} results needs {rows * k * _I64.itemsize} bytes "
+            f"of ids and {rows * k * _F32.itemsize} of scores; got {len(ids)} and {len(scores)}")
+    # one call per array (writable copies): this runs on every search, cold between calls
+    return SearchResult(np.ndarray((rows, k), _I64, bytearray(ids)),
+                        np.ndarray((rows, k), _F32, bytearray(scores)),
+                        coverage=float(resp.coverage) if resp.HasField("coverage") else 1.0)
 
 
 def _json_default(o: Any) -> Any:

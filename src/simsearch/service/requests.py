@@ -196,12 +196,33 @@ class CollectionRequests:
             out.append(np.asarray(r.ids, dtype=np.int64))
         return np.concatenate(out) if out else np.empty(0, np.int64)
 
+    def _one_message_search(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
+                            params: dict):
+        """The common search's one request, or None when the plan must split or check more:
+        an unfiltered float32 batch that fits one message. Its values are the server's to judge
+        (a NaN comes back as the InvalidVectorError the server raises): a second pass over the
+        rows here would cost every call what the server does anyway."""
+        c, k = self._client, check_k(k)
+        if (allow is None and deny is None and where is None and type(q) is np.ndarray
+                and q.dtype == np.float32 and q.ndim == 2 and q.shape[1] == self.dim
+                and q.flags.c_contiguous and self.items == "vectors"
+                and c._max_message_bytes is not None
+                and len(q) * max(q.shape[1] * 4, k * c._convert.RESULT_BYTES)
+                <= c._max_message_bytes - _REQUEST_OVERHEAD):
+            return c._pb.SearchRequest(collection=self.name, k=k,
+                                       queries=c._convert.to_matrix(q),
+                                       params_json=c._convert.dump_params(params))
+        return None
+
     def _search_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,
                      params: dict):
+        c = self._client
+        req = self._one_message_search(q, k, allow, deny, where, params)
+        if req is not None:
+            return c._convert.from_search_response((yield ("Search", req, False)))
         k = check_k(k)
         q = self._check_items(q, "queries")
         filt = parse_filter(allow, deny, len(q))
-        c = self._client
         pj = c._convert.dump_params(params)
         wj = c._convert.dump_params(where) if where is not None else ""
         if where is not None and not wj:
