@@ -34,13 +34,14 @@ def from_matrix(m: pb.Matrix, dim: int, what: str = "vectors") -> np.ndarray:
         raise DimensionMismatchError(
             f"{what} must have shape (n, {dim}); got a matrix with {m.cols} columns"
         )
+    data = m.data  # each read of a bytes field copies it
     expected = m.rows * m.cols * _F32.itemsize
-    if len(m.data) != expected:
+    if len(data) != expected:
         raise InvalidVectorError(
             f"{what}: a ({m.rows}, {m.cols}) float32 matrix needs {expected} bytes of packed "
-            f"little-endian data; got {len(m.data)}"
+            f"little-endian data; got {len(data)}"
         )
-    return np.frombuffer(m.data, dtype=_F32).reshape(m.rows, m.cols)
+    return np.ndarray((m.rows, m.cols), _F32, data)  # read-only, like the bytes
 
 
 def items_from(texts, m: pb.Matrix, dim: int, what: str = "vectors") -> Any:
