@@ -45,8 +45,8 @@ LOADS = {"fi-300": {"n_queries": 1200}, "wordllama-256": {"n_queries": 1200},
          "synthetic-longtail": {"n": 200_000, "n_queries": 1200}, "ml100k-svd": {}}
 EFS = [10, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256, 384, 512]
 # (share of the lists probed, candidates re-ranked exactly)
-PAIRS = [(f, r) for f in (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7,
-                          1.0)
+PAIRS = [(f, r) for f in (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5,
+                          0.6, 0.7, 1.0)
          for r in (10, 20, 30, 50, 100, 200, 400)]
 
 

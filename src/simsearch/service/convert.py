@@ -14,6 +14,7 @@ from ..errors import (
     InvalidVectorError,
 )
 from ..index import SearchResult
+from .errors import ServiceError
 from .protos.simsearch.v1 import simsearch_pb2 as pb
 
 _F32 = np.dtype("<f4")
@@ -88,9 +89,10 @@ def from_search_response(resp: pb.SearchResponse) -> SearchResult:
     rows, k = resp.rows, resp.k
     ids, scores = resp.ids, resp.scores
     if len(ids) != rows * k * _I64.itemsize or len(scores) != rows * k * _F32.itemsize:
-        raise InvalidParameterError(
+        raise ServiceError(  # the server broke the protocol: nothing the caller can fix
             f"a search response of {rows} x {k} results needs {rows * k * _I64.itemsize} bytes "
-            f"of ids and {rows * k * _F32.itemsize} of scores; got {len(ids)} and {len(scores)}")
+            f"of ids and {rows * k * _F32.itemsize} of scores; got {len(ids)} and {len(scores)}",
+            code="INTERNAL")
     # one call per array (writable copies): this runs on every search, cold between calls
     return SearchResult(np.ndarray((rows, k), _I64, bytearray(ids)),
                         np.ndarray((rows, k), _F32, bytearray(scores)),
