@@ -264,12 +264,14 @@ void rerank(In<int64_t> cand, In<float> xb, In<float> Q, Out<int64_t> out_pos,
 bool all_finite(In<float> x) {
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(x.data());
   const size_t n = x.size();
-  uint32_t bad = 0;
-  {
-    nb::gil_scoped_release release;
+  auto scan = [&] {
+    uint32_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
-  }
-  return !bad;
+    return !bad;
+  };
+  if (n < (size_t{1} << 16)) return scan();  // a query's few floats: handing the GIL over costs more
+  nb::gil_scoped_release release;
+  return scan();
 }
 
 // returns fresh (ids (nq, k) int64, scores (nq, k) float32) arrays: the flat index's small

@@ -243,3 +243,18 @@ def test_sq8_growing_values_reencode_rarely(monkeypatch):
             assert np.all(np.abs(dec - idx._xb[:n]) <= idx._vstep / 2 + 1e-5)
     reencodes = sum(1 for m in full if m > 1)
     assert reencodes <= 4 * np.ceil(np.log(200) / np.log(1.25)), reencodes  # per dimension
+
+
+@pytest.mark.parametrize("n", [64, 1 << 17])  # a query's floats (GIL kept), a batch's (released)
+def test_all_finite_finds_every_nan_and_inf(n):
+    """The finiteness check of every search and add (seen failing with the exponent mask one bit
+    short: the largest finite float32 counted as infinite)."""
+    from simsearch import _simd
+
+    x = np.full(n, np.finfo(np.float32).max, np.float32)
+    x[0] = np.finfo(np.float32).tiny / 2  # a subnormal is finite
+    assert _simd.all_finite(x)
+    for bad in (np.nan, np.inf, -np.inf):
+        y = x.copy()
+        y[n - 1] = bad
+        assert not _simd.all_finite(y)
