@@ -50,6 +50,10 @@ def main(argv=None) -> int:
     s.add_argument("--mips-replicas", type=int, default=300, help="ip: the paper's r")
     s.add_argument("--client-routed", action="store_true",
                    help="also pyramid with the router in the client (no coordinator hop)")
+    s.add_argument("--spill", type=float, nargs="+", default=[0.0],
+                   help="one pyramid collection per spill ratio (0: no spilled copies)")
+    s.add_argument("--naive-coordinator", action="store_true",
+                   help="also the naive scheme through the coordinator (partition='hash')")
     f = sub.choices["faults"]
     f.add_argument("--rate", type=float, default=40.0)
     f.add_argument("--seconds", type=float, default=40.0)

@@ -48,11 +48,14 @@ def data(metric: str, n_base: int, n_queries: int):
     return base, queries, gt
 
 
-def build(cl: Cluster, base, metric, n_parts, n_centers, sub, mips_replicas=300):
+def build(cl: Cluster, base, metric, n_parts, n_centers, sub, mips_replicas=300,
+          name="glove", **pyramid):
+    """A Pyramid collection through the coordinator, trained and filled with ``base``;
+    ``pyramid``: more of its parameters (``spill``, ``partition``)."""
     client = ss.connect(cl.coordinator, timeout=600)
-    col = client.create_collection("glove", 50, metric, "pyramid", n_centers=n_centers,
+    col = client.create_collection(name, 50, metric, "pyramid", n_centers=n_centers,
                                    n_partitions=n_parts, sub_index="hnsw",
-                                   mips_replicas=mips_replicas, **sub)
+                                   mips_replicas=mips_replicas, **pyramid, **sub)
     # k-means samples 100 x n_centers rows anyway; a subset keeps the call under gRPC's limit
     take = min(len(base), 200_000)
     col.train(base[np.random.default_rng(0).choice(len(base), take, replace=False)])

@@ -15,6 +15,10 @@ from simsearch.eval import recall_at_k
 
 from .common import RESULTS, Cluster, K, Naive, build, closed_loop, data
 
+#: the schemes every query of which asks every shard: the bench's client asking them itself,
+#: and a hash-partitioned collection behind the same coordinator (partition="hash")
+BASELINES = ("naive", "naive-coord")
+
 
 def sweep(args) -> None:
     base, queries, gt = data(args.metric, args.n_base, args.n_queries)
@@ -23,11 +27,17 @@ def sweep(args) -> None:
     cl = Cluster(tmp, args.shards, 1)  # one replica: both schemes use every process equally
     rows = []
     targets: dict = {}
+    routers: dict = {}
     try:
         t0 = time.time()
-        _, col = build(cl, base, args.metric, args.shards, args.n_centers, sub,
-                       args.mips_replicas)
+        cols = {}
+        for spill in args.spill:  # one collection per spill ratio (0: none)
+            _, cols[spill] = build(cl, base, args.metric, args.shards, args.n_centers, sub,
+                                   args.mips_replicas, name=_name(spill), spill=spill)
         t_pyr = time.time() - t0
+        if args.naive_coordinator:  # every part asked, through the coordinator
+            _, targets["naive-coord"] = build(cl, base, args.metric, args.shards, args.shards,
+                                              sub, 0, name="hashed", partition="hash")
         t0 = time.time()
         naive = Naive(cl.shard_addresses, base, args.metric, sub)
         t_naive = time.time() - t0
@@ -37,25 +47,32 @@ def sweep(args) -> None:
             return recall_at_k(r.ids, gt.ids, K, gt_scores=gt.scores, queries=queries,
                                base=base, metric=args.metric)
 
-        targets.update(pyramid=col, naive=naive)
-        settings = [("pyramid", {"branching": b, "ef": e, "part_effort": pe})
-                    for pe in args.effort for e in args.ef for b in args.branching]
-        if args.client_routed:  # the router copied into this process, asking shards directly
-            from simsearch.pyramid.parts import open_router
+        targets["naive"] = naive
+        settings = []
+        for spill, col in cols.items():
+            targets[("pyramid", spill)] = col
+            settings += [(("pyramid", spill), {"branching": b, "ef": e, "part_effort": pe})
+                         for pe in args.effort for e in args.ef for b in args.branching]
+        from simsearch.pyramid.parts import open_router
 
-            targets["pyramid-client"] = open_router(cl.coordinator, "glove", cl.up["etcd"],
-                                                     cl.up["cluster"])
-            settings += [("pyramid-client", {"branching": b, "ef": e, "part_effort": "uniform"})
-                         for e in args.ef for b in args.branching]
-        settings += [("naive", {"ef": e}) for e in args.naive_ef]
-        for scheme, params in settings:
-            target = targets[scheme]
+        routers = {spill: open_router(cl.coordinator, _name(spill), cl.up["etcd"],
+                                      cl.up["cluster"]) for spill in cols}
+        if args.client_routed:  # the router copied into this process, asking shards directly
+            for spill, router in routers.items():
+                targets[("pyramid-client", spill)] = router
+                settings += [(("pyramid-client", spill),
+                              {"branching": b, "ef": e, "part_effort": "uniform"})
+                             for e in args.ef for b in args.branching]
+        settings += [(b, {"ef": e}) for b in BASELINES if b in targets for e in args.naive_ef]
+        for key, params in settings:
+            target = targets[key]
+            scheme, spill = key if isinstance(key, tuple) else (key, None)
             row = {"scheme": scheme, **params,
                    "recall": round(rec(target.search(queries, K, **params)), 4)}
-            if "pyramid-client" in targets and scheme != "naive":
+            if spill is not None:
+                row["spill"] = spill
                 row["parts_per_query"] = round(float(
-                    targets["pyramid-client"].route(queries, params["branching"]).sum(1).mean()),
-                    2)
+                    routers[spill].route(queries, params["branching"]).sum(1).mean()), 2)
             rows.append(row)
         # throughput: every setting measured in short turns, the turn order rotating, so the
         # schemes alternate under the same background load
@@ -86,13 +103,13 @@ def sweep(args) -> None:
             for row in rows:
                 print(row, flush=True)
     finally:
-        if "pyramid-client" in targets:  # its etcd watches and shard connections
-            targets["pyramid-client"].parts[0].pool.close()
+        for router in routers.values():  # their etcd watches and shard connections
+            router.parts[0].pool.close()
         cl.stop()
     out = {"metric": args.metric, "n_base": args.n_base, "n_queries": args.n_queries,
            "shards": args.shards, "n_centers": args.n_centers, "clients": args.clients,
            "seconds": args.seconds, "batch": args.batch, "turns": args.turns,
-           "mips_replicas": args.mips_replicas,
+           "mips_replicas": args.mips_replicas, "spill": args.spill,
            "build_s": {"pyramid": t_pyr, "naive": t_naive},
            "load": os.getloadavg(), "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -101,38 +118,50 @@ def sweep(args) -> None:
 
 
 
+def _name(spill: float) -> str:
+    return "glove" if not spill else f"glove_spill{spill:g}".replace(".", "_")
+
+
+def _label(r: dict) -> str:
+    """A row's scheme, with its spill ratio when it has one."""
+    return r["scheme"] + (f" (spill {r['spill']:g})" if r.get("spill") else "")
+
+
 def table(paths) -> None:
-    """Markdown tables from sweep JSON files. Beside each pyramid row: its q/s over the best
-    naive q/s among naive rows with recall at least as high ("q/s vs naive"), and the lowest
-    naive CPU per query among those rows over its own ("CPU gain")."""
+    """Markdown tables from sweep JSON files. Beside each pyramid row, per baseline (naive:
+    the client asks every shard; naive-coord: every part through the coordinator): its q/s
+    over the best baseline q/s among baseline rows with recall at least as high ("q/s vs"),
+    and the lowest baseline CPU per query among those rows over its own ("CPU gain")."""
     for path in paths:
         d = json.loads(Path(path).read_text())
         bs = d.get("batch", [1])
         print(f"\n{path}: glove-50 {d['metric']}, {d['n_base']} base, {d['n_queries']} queries, "
               f"{d['shards']} shard processes, {d['n_centers']} centres, {d['clients']} clients, "
               f"load {d['load'][0]:.1f}\n")
+        base = {b: [r for r in d["rows"] if r["scheme"] == b] for b in BASELINES}
+        base = {b: rs for b, rs in base.items() if rs}
         head = ["scheme", "K", "ef", "part effort", "recall@10"]
         for b in bs:
-            head += [f"q/s b{b}", f"CPU ms/q b{b}", f"q/s vs naive b{b}", f"CPU gain b{b}"]
+            head += [f"q/s b{b}", f"CPU ms/q b{b}"]
+            head += [h for n in base for h in (f"q/s vs {n} b{b}", f"CPU gain vs {n} b{b}")]
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
-        naive = [r for r in d["rows"] if r["scheme"] == "naive"]
         for r in d["rows"]:
+            pyr = r["scheme"] not in BASELINES
             kcell = str(r.get("branching", "all"))
             if "parts_per_query" in r:
                 kcell += f" ({r['parts_per_query']:.1f} parts)"
-            cells = [r["scheme"], kcell, str(r["ef"]),
-                     r.get("part_effort", "uniform") if r["scheme"] != "naive" else "",
-                     f"{r['recall']:.3f}"]
+            cells = [_label(r), kcell, str(r["ef"]), r.get("part_effort", "uniform") if pyr
+                     else "", f"{r['recall']:.3f}"]
             for b in bs:
-                peers = [n for n in naive if n["recall"] >= r["recall"]]
-                ratio = gain = ""
-                if r["scheme"] != "naive" and peers:
-                    best = max(n[f"qps_b{b}"] for n in peers)
-                    ratio = f"{r[f'qps_b{b}'] / best:.2f}x"
-                    cheapest = min(n[f"cpu_ms_b{b}"] for n in peers)
-                    gain = f"{cheapest / r[f'cpu_ms_b{b}']:.2f}x"
-                cells += [f"{r[f'qps_b{b}']:.0f}", f"{r[f'cpu_ms_b{b}']:.2f}", ratio, gain]
+                cells += [f"{r[f'qps_b{b}']:.0f}", f"{r[f'cpu_ms_b{b}']:.2f}"]
+                for rows in base.values():
+                    peers = [n for n in rows if n["recall"] >= r["recall"]]
+                    ratio = gain = ""
+                    if pyr and peers:
+                        ratio = f"{r[f'qps_b{b}'] / max(n[f'qps_b{b}'] for n in peers):.2f}x"
+                        gain = f"{min(n[f'cpu_ms_b{b}'] for n in peers) / r[f'cpu_ms_b{b}']:.2f}x"
+                    cells += [ratio, gain]
             print("| " + " | ".join(cells) + " |")
 
 
@@ -147,34 +176,37 @@ def naive_at(naive: list, recall: float, key: str) -> float | None:
 
 
 def summary(paths, min_recall: float = 0.9, best: bool = False) -> None:
-    """Per file and batch size: every pyramid row with recall >= min_recall beside the naive
-    scheme interpolated to the same recall (q/s ratio and CPU gain); ``best``: only the row
-    with the highest q/s ratio per scheme (via the coordinator, client-routed)."""
-    print("| data | batch | pyramid (K, ef, effort) | recall@10 | pyramid q/s | naive q/s at "
-          "equal recall | q/s ratio | pyramid CPU ms/q | naive CPU ms/q | CPU gain |")
-    print("|" + "---|" * 10)
+    """Per file, batch size and baseline (``BASELINES`` present in the file): every pyramid
+    row with recall >= min_recall beside the baseline interpolated to the same recall (q/s
+    ratio and CPU gain); ``best``: only the row with the highest q/s ratio per scheme."""
+    print("| data | batch | baseline | pyramid (K, ef, effort) | recall@10 | pyramid q/s | "
+          "baseline q/s at equal recall | q/s ratio | pyramid CPU ms/q | baseline CPU ms/q | "
+          "CPU gain |")
+    print("|" + "---|" * 11)
     for path in paths:
         d = json.loads(Path(path).read_text())
-        naive = [r for r in d["rows"] if r["scheme"] == "naive"]
-        pyr = [r for r in d["rows"] if r["scheme"] != "naive" and r["recall"] >= min_recall]
+        pyr = [r for r in d["rows"] if r["scheme"] not in BASELINES and
+               r["recall"] >= min_recall]
         name = f"{d['metric']} {d['n_base'] // 1000}k, {d['shards']} shards ({Path(path).stem})"
         for b in d.get("batch", [1]):
-            lines = []
-            for r in sorted(pyr, key=lambda r: r["recall"]):
-                nq = naive_at(naive, r["recall"], f"qps_b{b}")
-                nc = naive_at(naive, r["recall"], f"cpu_ms_b{b}")
-                if nq is None:
-                    continue
-                lines.append((r, nq, nc))
-            if best:
-                lines = [max((t for t in lines if t[0]["scheme"] == sch),
-                             key=lambda t: t[0][f"qps_b{b}"] / t[1])
-                         for sch in sorted({t[0]["scheme"] for t in lines})]
-            for r, nq, nc in lines:
-                print(f"| {name} | {b} | {r['scheme']}: K={r['branching']}, ef={r['ef']}, "
-                      f"{r.get('part_effort', 'uniform')} | {r['recall']:.3f} | "
-                      f"{r[f'qps_b{b}']:.0f} | {nq:.0f} | {r[f'qps_b{b}'] / nq:.2f}x | "
-                      f"{r[f'cpu_ms_b{b}']:.2f} | {nc:.2f} | {nc / r[f'cpu_ms_b{b}']:.2f}x |")
+            for base in BASELINES:
+                naive = [r for r in d["rows"] if r["scheme"] == base]
+                lines = []
+                for r in sorted(pyr, key=lambda r: r["recall"]):
+                    nq = naive_at(naive, r["recall"], f"qps_b{b}")
+                    nc = naive_at(naive, r["recall"], f"cpu_ms_b{b}")
+                    if nq is not None:
+                        lines.append((r, nq, nc))
+                if best:
+                    lines = [max((t for t in lines if _label(t[0]) == sch),
+                                 key=lambda t: t[0][f"qps_b{b}"] / t[1])
+                             for sch in sorted({_label(t[0]) for t in lines})]
+                for r, nq, nc in lines:
+                    print(f"| {name} | {b} | {base} | {_label(r)}: K={r['branching']}, "
+                          f"ef={r['ef']}, {r.get('part_effort', 'uniform')} | "
+                          f"{r['recall']:.3f} | {r[f'qps_b{b}']:.0f} | {nq:.0f} | "
+                          f"{r[f'qps_b{b}'] / nq:.2f}x | {r[f'cpu_ms_b{b}']:.2f} | {nc:.2f} | "
+                          f"{nc / r[f'cpu_ms_b{b}']:.2f}x |")
 
 
 def plot(paths, out: str) -> None:
@@ -192,15 +224,15 @@ def plot(paths, out: str) -> None:
     for row, d in zip(axes, ds, strict=True):
         groups: dict[str, list] = {}
         for r in d["rows"]:
-            name = (f"{r['scheme']} ef={r['ef']} {r.get('part_effort', 'uniform')}"
-                    if r["scheme"] != "naive" else "naive")
+            name = (f"{_label(r)} ef={r['ef']} {r.get('part_effort', 'uniform')}"
+                    if r["scheme"] not in BASELINES else r["scheme"])
             groups.setdefault(name, []).append(r)
         for ax, b in zip(row, bs, strict=True):
             for name, rs in groups.items():
                 rs = sorted(rs, key=lambda r: r["recall"])
                 ax.plot([r["recall"] for r in rs], [r[f"qps_b{b}"] for r in rs], "o-" if
-                        name != "naive" else "s--", label=name, ms=4)
-                if name != "naive":
+                        name not in BASELINES else "s--", label=name, ms=4)
+                if name not in BASELINES:
                     for r in rs:
                         ax.annotate(f"K={r['branching']}", (r["recall"], r[f"qps_b{b}"]),
                                     fontsize=6, xytext=(2, 2), textcoords="offset points")

@@ -203,6 +203,91 @@ def test_save_load_remove_and_incremental_adds(data, tmp_path):
     assert p2.router.copies == p3.router.copies
 
 
+@pytest.mark.parametrize("metric", ["ip", "l2"])
+def test_hash_partition_asks_every_part(metric, data, tmp_path):
+    """partition="hash": ids spread by their hash, no MIPS copies, every query asks every part,
+    so with exact parts any branching equals FlatIndex (seen failing with route_shares left on
+    the centres: branching=1 missed neighbours); the file keeps the mode and a home moved off
+    its hash is refused on load."""
+    from simsearch.pyramid.router import hash_parts
+
+    base, queries = data
+    p = make(metric, partition="hash")
+    p.train(base)
+    p.add(base[:1000])
+    p.add(base[1000:], ids=np.arange(1000, N) * 7)  # sparse ids spread as evenly
+    ids = np.concatenate([np.arange(1000), np.arange(1000, N) * 7])
+    np.testing.assert_array_equal([p.router.home.get(i) for i in ids.tolist()],
+                                  hash_parts(ids, 4))
+    sizes = p.part_sizes()
+    assert sizes.sum() == N and sizes.min() > 0.8 * N / 4  # no copies, about even
+    f = ss.FlatIndex(DIM, metric)
+    f.add(base, ids)
+    exact = f.search(queries, K)
+    np.testing.assert_array_equal(p.search(queries, K, branching=1).ids, exact.ids)
+    p.remove(ids[::5])
+    p.save(tmp_path / "h.idx")
+    q = ss.load(tmp_path / "h.idx")
+    assert q.hashed and len(q) == len(p)
+    np.testing.assert_array_equal(q.search(queries, K, branching=1).ids,
+                                  p.search(queries, K, branching=1).ids)
+    meta, arrays = q._get_state()
+    arrays["home_parts"] = (arrays["home_parts"] + 1) % 4
+    with pytest.raises(ValueError, match="hash"):
+        q._set_state(meta, arrays)
+    with pytest.raises(InvalidParameterError, match="partition must be"):
+        make(metric, partition="random")
+
+
+@pytest.mark.parametrize("metric, ratio", [("cosine", 1.3), ("l2", 1.2)])  # about half
+def test_spill_copies_border_items_to_their_second_part(metric, ratio, tmp_path):
+    """spill=f: an item whose nearest centre outside its home part is at most f times as far
+    as its nearest centre is also in that part; the copies never surface twice, go with their
+    item, survive a save and raise recall at a small branching (seen failing with the ratio
+    test inverted: the copies went to the items deep inside their parts)."""
+    from simsearch.pyramid.router import nearest_centres
+
+    # no clusters: many items near a border (the clustered fixture has almost none)
+    x = np.random.default_rng(5).standard_normal((N + 40, DIM)).astype(np.float32)
+    base, queries = x[:N], x[N:]
+    plain, spilled = make(metric, n_centers=64), make(metric, n_centers=64, spill=ratio)
+    plain.train(base)
+    spilled.train(base)
+    plain.add(base)
+    spilled.add(base)
+    r = spilled.router
+    d, c = nearest_centres(r.centre_space(base), r.centres, r.spherical, 64)
+    parts = r.part_of_centre[c]
+    for i in range(0, N, 97):  # every copy is the rule's, and only the rule's
+        other = np.flatnonzero(parts[i] != parts[i, 0])
+        want = set() if d[i, other[0]] > ratio * max(d[i, 0], 0) else \
+            {int(parts[i, other[0]])}
+        assert r.home.get(i) == parts[i, 0] and set(r.copies.get(i, ())) == want
+    assert 0 < len(r.copies) < N and r.part_sizes().sum() == N + len(r.copies)
+    f = ss.FlatIndex(DIM, metric)
+    f.add(base)
+    truth = f.search(queries, K)
+    low = {name: recall_at_k(p.search(queries, K, branching=1).ids, truth.ids, K)
+           for name, p in [("plain", plain), ("spilled", spilled)]}
+    assert low["spilled"] > low["plain"]
+    for row in spilled.search(queries, 50, branching=64).ids:
+        assert np.unique(row[row >= 0]).size == (row >= 0).sum()
+    spilled.remove(np.arange(0, N, 3))
+    assert not set(spilled.router.copies.keys()) & set(range(0, N, 3))
+    assert spilled.router.part_sizes().sum() == len(spilled) + len(spilled.router.copies)
+    spilled.save(tmp_path / "s.idx")
+    back = ss.load(tmp_path / "s.idx")
+    assert back.router.copies == spilled.router.copies
+    np.testing.assert_array_equal(back.search(queries, K, branching=2).ids,
+                                  spilled.search(queries, K, branching=2).ids)
+    for bad in [0.5, -1, True, "1.2"]:
+        with pytest.raises(InvalidParameterError, match="spill must be"):
+            make(metric, spill=bad)
+    with pytest.raises(InvalidParameterError, match="MIPS copies"):
+        make("ip", spill=1.2)
+    make("ip", spill=1.2, mips_replicas=0)
+
+
 def test_similarity_edge_weights():
     from simsearch.pyramid.partition import similarity_edge_weights
 

@@ -87,6 +87,17 @@ class PyramidIndex(Index):
         similarity s of linked centres, so very close centres stay together (measured on
         glove-50: 12% fewer parts per query at equal recall); 0 cuts edges unweighted (always
         so for "l2").
+    partition : "meta-hnsw" (the default, the paper's: items in the part of their nearest
+        centre, a query asks the parts of its ``branching`` nearest centres) or "hash" (an
+        id's part is a hash of the id and every query asks every part: the naive scheme the
+        paper measures against, as Milvus shards by key; no MIPS copies; ``train`` still fits
+        the centres, which then place and route nothing).
+    spill : 0 (the default) or a ratio >= 1: an item is also stored in the part of its nearest
+        centre outside its home part when that centre is at most ``spill`` times as far as its
+        nearest centre (1 - cosine, or squared L2), as ScaNN's spilled (SOAR) assignments do
+        for lists: a query near a part's border then finds its neighbours in fewer parts, for
+        more items stored (docs/cluster.md). Not with MIPS copies ("ip" with
+        ``mips_replicas`` > 0) nor ``partition="hash"``.
     **sub_params : build parameters of each part's sub-index.
 
     Search parameters: ``branching`` (the paper's K: how many nearest centres route the query;
@@ -134,6 +145,8 @@ class PyramidIndex(Index):
         seed: int = 0,
         meta_M: int = 16,
         edge_tau: float = 0.1,
+        partition: str = "meta-hnsw",
+        spill: float = 0.0,
         **sub_params: Any,
     ):
         n_centers = check_int("n_centers", n_centers, 1, 1 << 22)
@@ -149,6 +162,16 @@ class PyramidIndex(Index):
         if isinstance(edge_tau, bool) or not isinstance(edge_tau, (int, float)) \
                 or not 0 <= edge_tau <= 10:
             raise InvalidParameterError(f"edge_tau must be a number in [0, 10]; got {edge_tau!r}")
+        if partition not in ("meta-hnsw", "hash"):
+            raise InvalidParameterError(
+                f"partition must be 'meta-hnsw' or 'hash'; got {partition!r}")
+        if isinstance(spill, bool) or not isinstance(spill, (int, float)) or \
+                not (spill == 0 or 1 <= spill <= 100):
+            raise InvalidParameterError(f"spill must be 0 or a number in [1, 100]; got {spill!r}")
+        if spill and (partition == "hash" or (metric == "ip" and mips_replicas > 0)):
+            raise InvalidParameterError(
+                "spill copies items to a second part by centre distance: not with "
+                "partition='hash' nor with MIPS copies (metric 'ip' and mips_replicas > 0)")
         if not isinstance(sub_index, str) or sub_index in _FORBIDDEN_SUB:
             raise InvalidParameterError(
                 f"sub_index must be an index kind other than 'pyramid'; got {sub_index!r}")
@@ -158,7 +181,7 @@ class PyramidIndex(Index):
         super().__init__(dim, metric, n_centers=n_centers, n_partitions=n_partitions,
                          sample_size=sample_size, mips_replicas=mips_replicas,
                          sub_index=sub_index, seed=seed, meta_M=meta_M, edge_tau=edge_tau,
-                         **sub_params)
+                         partition=partition, spill=float(spill), **sub_params)
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
         self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
@@ -187,8 +210,12 @@ class PyramidIndex(Index):
         return self._params["n_partitions"]
 
     @property
+    def hashed(self) -> bool:
+        return self._params["partition"] == "hash"
+
+    @property
     def uses_mips_copies(self) -> bool:
-        return self.metric == "ip" and self._params["mips_replicas"] > 0
+        return self.metric == "ip" and self._params["mips_replicas"] > 0 and not self.hashed
 
     @property
     def centres(self) -> np.ndarray | None:
@@ -232,7 +259,8 @@ class PyramidIndex(Index):
         r = p["mips_replicas"] if self.uses_mips_copies else 0
         self.router = Router(centres, poc, meta, self.n_parts, self.spherical,
                              self.uses_mips_copies, np.full((m, r), -1, np.int64),
-                             np.full((m, r), -np.inf, np.float32))
+                             np.full((m, r), -np.inf, np.float32), hashed=self.hashed,
+                             spill=p["spill"])
         self.parts = self._new_parts()
         log.info("pyramid: %d centres in %d parts (sizes %s)", m, self.n_parts,
                  np.bincount(poc, weights=sizes, minlength=self.n_parts))
@@ -442,7 +470,8 @@ class PyramidIndex(Index):
         meta_index = _restore_part(arrays["meta_index"], HNSWIndex, "the meta-HNSW")
         p = self._params
         router = Router.from_arrays(meta_index, meta, arrays, n_parts=self.n_parts,
-                                    spherical=self.spherical, mips=self.uses_mips_copies)
+                                    spherical=self.spherical, mips=self.uses_mips_copies,
+                                    hashed=self.hashed, spill=p["spill"])
         r = p["mips_replicas"] if self.uses_mips_copies else 0
         if router.centres.shape != (p["n_centers"], self.dim) or \
                 router.topr_ids.shape[1] != r:

@@ -25,6 +25,8 @@ from .frozenmap import FrozenMap
 
 #: rows of a batch scored against all centres at once while updating the MIPS lists
 _MIPS_CHUNK = 4096
+#: nearest centres searched for one outside an item's home part (``Router.spill``)
+_SPILL_CANDIDATES = 32
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ class Router:
     #: id -> ((part, centres of that part listing the id), ...): a copy lives while > 0
     refs: FrozenMap = field(default_factory=FrozenMap)
     counts: np.ndarray | None = None  # items stored per part, copies included
+    #: placement by a hash of the id, every query asking every part (``partition="hash"``)
+    hashed: bool = False
+    #: an item is also copied to the part of its nearest centre outside its home part when
+    #: that centre is at most ``spill`` times as far as its nearest (0: never; PyramidIndex)
+    spill: float = 0.0
 
     def __post_init__(self):
         for a in (self.centres, self.part_of_centre, self.topr_ids, self.topr_scores):
@@ -104,11 +111,30 @@ class Router:
     def nearest_centre(self, x: np.ndarray) -> np.ndarray:
         return nearest_centre(x, self.centres, self.spherical)
 
+    def _spill(self, x: np.ndarray) -> tuple[np.ndarray, list[tuple[int, list[int]]]]:
+        """Each row's home part, and the rows also copied to another part [(part, rows)]: the
+        part of the row's nearest centre outside its home part, when that centre is at most
+        ``spill`` times as far as the nearest (distances 1 - cosine for unit centres, squared
+        L2 else; among the nearest _SPILL_CANDIDATES centres)."""
+        d, c = nearest_centres(x, self.centres, self.spherical,
+                               min(_SPILL_CANDIDATES, self.centres.shape[0]))
+        parts = self.part_of_centre[c]
+        home = parts[:, 0]
+        other = parts != home[:, None]
+        j = other.argmax(1)
+        rows = np.arange(x.shape[0])
+        near = other[rows, j] & (d[rows, j] <= self.spill * np.maximum(d[:, 0], 0.0))
+        spilled = np.flatnonzero(near)
+        to = parts[spilled, j[spilled]]
+        return home, [(p, spilled[to == p].tolist()) for p in np.unique(to).tolist()]
+
     def route_shares(self, q: np.ndarray, branching: int,
                      meta_ef: int | None = None) -> np.ndarray:
         """(nq, n_parts) float32: how many of each query's ``branching`` nearest centres each
         part holds (0: the part is not asked), plus 0.5 for the part of the nearest centre so
-        that it wins ties for primary."""
+        that it wins ties for primary. Hashed: 1 for every part holding items."""
+        if self.hashed:
+            return np.repeat((self.counts > 0)[None].astype(np.float32), q.shape[0], axis=0)
         kk = min(branching, self.centres.shape[0])
         ef = max(2 * kk, 32) if meta_ef is None else check_int("meta_ef", meta_ef, 1, 1 << 20)
         r = self.meta.search(q, kk, ef=ef)
@@ -147,12 +173,17 @@ class Router:
 
     def plan_add(self, x: np.ndarray, ids: np.ndarray) -> Decision:
         """Where a batch of new ids goes: each to the part of its nearest centre, plus the MIPS
-        copies the changed top-r lists add or drop."""
-        home = self.part_of_centre[self.nearest_centre(self.centre_space(x))]
-        rec: dict[str, Any] = {"op": "add", "ids": ids.astype(np.int64),
-                               "home": home.astype(np.int64)}
+        copies the changed top-r lists add or drop (hashed: to the part its id hashes to)."""
         copy_adds: list[tuple[int, list[int]]] = []
         copy_drops: list[tuple[int, list[int]]] = []
+        if self.hashed:
+            home = hash_parts(ids, self.n_parts)
+        elif self.spill:
+            home, copy_adds = self._spill(self.centre_space(x))
+        else:
+            home = self.part_of_centre[self.nearest_centre(self.centre_space(x))]
+        rec: dict[str, Any] = {"op": "add", "ids": ids.astype(np.int64),
+                               "home": home.astype(np.int64)}
         if self.mips:
             copy_adds, copy_drops = self._plan_lists(x, ids, home, rec)
         jobs: list[tuple[int, str, tuple]] = []
@@ -297,7 +328,8 @@ class Router:
 
     @classmethod
     def from_arrays(cls, meta_index: HNSWIndex, meta: dict, arrays: dict, *, n_parts: int,
-                    spherical: bool, mips: bool) -> Router:
+                    spherical: bool, mips: bool, hashed: bool = False,
+                    spill: float = 0.0) -> Router:
         """A router from ``to_arrays``' output, trusting nothing (a file may be crafted): shapes
         from the parameters, parts in range, every id homed once, lists and copies naming held
         ids; ValueError otherwise."""
@@ -334,7 +366,9 @@ class Router:
         out = cls(centres.copy(), poc.astype(np.int64), meta_index, n_parts, spherical, mips,
                   topr.reshape(shape).astype(np.int64), scores.reshape(shape).copy(),
                   FrozenMap(dict(zip(hid.tolist(), hp.tolist(), strict=True))),
-                  FrozenMap(copies))
+                  FrozenMap(copies), hashed=hashed, spill=spill)
+        if hashed and hid.size and not np.array_equal(hp, hash_parts(hid, n_parts)):
+            raise ValueError("router homes are not where the ids hash to")
         return out._replace(refs=out.recount_refs())
 
     def recount_refs(self) -> FrozenMap:
@@ -349,14 +383,32 @@ class Router:
         return FrozenMap({i: tuple(sorted(d.items())) for i, d in refs.items()})
 
 
+def hash_parts(ids: np.ndarray, n_parts: int) -> np.ndarray:
+    """The part each id hashes to (splitmix64's finaliser, so runs of ids spread evenly)."""
+    z = ids.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(n_parts)).astype(np.int64)
+
+
 def nearest_centre(x: np.ndarray, centres: np.ndarray, spherical: bool) -> np.ndarray:
+    return nearest_centres(x, centres, spherical, 1)[1][:, 0]
+
+
+def nearest_centres(x: np.ndarray, centres: np.ndarray, spherical: bool,
+                    k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distances, centres) of each row's ``k`` nearest centres, nearest first: 1 - inner
+    product for unit centres (``spherical``), squared L2 else."""
     import faiss
 
     flat = faiss.IndexFlatIP(centres.shape[1]) if spherical else faiss.IndexFlatL2(
         centres.shape[1])
     flat.add(centres)
-    _, idx = flat.search(np.ascontiguousarray(x, np.float32), 1)
-    return idx[:, 0].astype(np.int64)
+    d, idx = flat.search(np.ascontiguousarray(x, np.float32), k)
+    return (1.0 - d if spherical else d), idx.astype(np.int64)
 
 
 class Draft:
