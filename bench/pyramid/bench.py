@@ -65,6 +65,8 @@ def main(argv=None) -> int:
     r.add_argument("--parts", type=int, default=8)
     r.add_argument("--branching", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     r.add_argument("--edge-tau", type=float, nargs="+", default=[0.0, 0.1])
+    r.add_argument("--spill", type=float, nargs="+", default=[0.0],
+                   help="spill ratios (0: none)")
     r.add_argument("--mips-replicas", type=int, default=300, help="ip: the paper's r")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
