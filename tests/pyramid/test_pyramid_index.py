@@ -235,6 +235,8 @@ def test_hash_partition_asks_every_part(metric, data, tmp_path):
     arrays["home_parts"] = (arrays["home_parts"] + 1) % 4
     with pytest.raises(ValueError, match="hash"):
         q._set_state(meta, arrays)
+    with pytest.raises(InvalidParameterError, match="meta_ef"):
+        q.search(queries, K, meta_ef=0)
     with pytest.raises(InvalidParameterError, match="partition must be"):
         make(metric, partition="random")
 

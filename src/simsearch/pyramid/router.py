@@ -133,10 +133,10 @@ class Router:
         """(nq, n_parts) float32: how many of each query's ``branching`` nearest centres each
         part holds (0: the part is not asked), plus 0.5 for the part of the nearest centre so
         that it wins ties for primary. Hashed: 1 for every part holding items."""
-        if self.hashed:
-            return np.repeat((self.counts > 0)[None].astype(np.float32), q.shape[0], axis=0)
         kk = min(branching, self.centres.shape[0])
         ef = max(2 * kk, 32) if meta_ef is None else check_int("meta_ef", meta_ef, 1, 1 << 20)
+        if self.hashed:
+            return np.repeat((self.counts > 0)[None].astype(np.float32), q.shape[0], axis=0)
         r = self.meta.search(q, kk, ef=ef)
         nq = q.shape[0]
         shares = np.zeros((nq, self.n_parts), np.float32)
