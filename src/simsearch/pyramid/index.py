@@ -31,11 +31,12 @@ from ..index import (
     higher_is_better,
     index_class,
     loads,
+    normalize_rows,
     register,
 )
 from ..service.errors import ServiceUnavailableError, register_error
 from .effort import params_of, part_jobs
-from .partition import fit_partition
+from .partition import build_meta, fit_partition
 from .router import Decision, Draft, Router
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,8 @@ class PyramidIndex(Index):
     partition : "meta-hnsw" (the default, the paper's: items in the part of their nearest
         centre, a query asks the parts of its ``branching`` nearest centres) or "hash" (an
         id's part is a hash of the id and every query asks every part: the naive scheme the
-        paper measures against, as Milvus shards by key; no MIPS copies; ``train`` still fits
-        the centres, which then place and route nothing).
+        paper measures against, as Milvus shards by key; no MIPS copies; ``train`` only draws
+        ``n_centers`` rows of the sample as centres, which place and route nothing).
     spill : 0 (the default) or a ratio >= 1: an item is also stored in the part of its nearest
         centre outside its home part when that centre is at most ``spill`` times as far as its
         nearest centre (1 - cosine, or squared L2), as ScaNN's spilled (SOAR) assignments do
@@ -254,8 +255,14 @@ class PyramidIndex(Index):
         if sample.shape[0] < m:
             raise InvalidParameterError(
                 f"training needs at least n_centers={m} vectors; got {sample.shape[0]}")
-        centres, poc, meta, sizes = fit_partition(
-            sample, m, self.n_parts, self.spherical, p["seed"], p["meta_M"], p["edge_tau"])
+        if self.hashed:  # the centres place and route nothing: drawn, not fitted
+            centres = np.ascontiguousarray(
+                normalize_rows(sample[:m]) if self.spherical else sample[:m], np.float32)
+            poc, sizes = np.arange(m, dtype=np.int64) % self.n_parts, np.ones(m)
+            meta = build_meta(centres, self.spherical, p["meta_M"], p["seed"])
+        else:
+            centres, poc, meta, sizes = fit_partition(
+                sample, m, self.n_parts, self.spherical, p["seed"], p["meta_M"], p["edge_tau"])
         r = p["mips_replicas"] if self.uses_mips_copies else 0
         self.router = Router(centres, poc, meta, self.n_parts, self.spherical,
                              self.uses_mips_copies, np.full((m, r), -1, np.int64),
