@@ -1,8 +1,9 @@
 """The Pyramid router as an immutable value (docs/cluster.md, "The router").
 
 A ``Router`` is the trained model (centres, the part of each centre, the meta-HNSW over them)
-and the placement of every held id: its home part (the part of its nearest centre) and, for
-MIPS, the parts holding a copy because one of their centres lists the id among its top-r items.
+and the placement of every held id: its home part (the part of its nearest centre, or of its
+id's hash) and the parts holding a copy: for MIPS because one of their centres lists the id
+among its top-r items, with ``spill`` because the id lies near the border of that part.
 A write is first planned (``plan_add`` / ``plan_remove`` return a ``Decision``: the record the
 router log keeps and the jobs the parts must do; the router is unchanged), then applied
 (``apply(record)`` returns a new Router). Whoever holds a router replaces it by reference, so
@@ -54,7 +55,7 @@ class Router:
     topr_ids: np.ndarray
     topr_scores: np.ndarray
     home: FrozenMap = field(default_factory=FrozenMap)
-    #: id -> parts holding a MIPS copy (each a frozenset)
+    #: id -> parts holding a copy of it, MIPS or spilled (each a frozenset)
     copies: FrozenMap = field(default_factory=FrozenMap)
     #: id -> ((part, centres of that part listing the id), ...): a copy lives while > 0
     refs: FrozenMap = field(default_factory=FrozenMap)
