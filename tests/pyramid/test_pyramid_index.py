@@ -290,6 +290,37 @@ def test_spill_copies_border_items_to_their_second_part(metric, ratio, tmp_path)
     make("ip", spill=1.2, mips_replicas=0)
 
 
+def test_a_rebuild_plans_spilled_copies_back(tmp_path):
+    """A router rebuilt from what the parts hold (rebuild.plan, when every checkpoint copy is
+    lost) places the spilled copies again: the plan's jobs leave every part holding exactly
+    what the original router placed there, whatever the parts held (seen failing with the
+    copies left out of ``members()``: the copies' parts lacked them)."""
+    from simsearch.pyramid.rebuild import plan
+
+    x = np.random.default_rng(7).standard_normal((1500, DIM)).astype(np.float32)
+    ids = np.arange(1500) * 3
+    made = make("cosine", n_centers=32, spill=1.3)
+    made.train(x)
+    made.add(x, ids)
+    r = made.router
+    want = [sorted(i for i in ids.tolist() if r.home.get(i) == j or j in r.copies.get(i, ()))
+            for j in range(4)]
+    assert len(r.copies) > 0
+    fresh = make("cosine", n_centers=32, spill=1.3)
+    fresh.train(x)  # the same model (seeded), no placement
+    rng = np.random.default_rng(1)
+    held = [np.sort(rng.choice(ids, 600, replace=False)) for _ in range(4)]  # scrambled
+    decision = plan(fresh.router, held, ids, x)
+    for j, (have, need) in enumerate(zip(held, want, strict=True)):
+        now = set(have.tolist())
+        for p, op, args in decision.jobs:
+            if p == j:
+                (now.update if op == "add" else now.difference_update)(
+                    (args[1] if op == "add" else args[0]).tolist())
+        assert sorted(now) == need
+    assert fresh.router.apply(decision.record).copies == r.copies
+
+
 def test_similarity_edge_weights():
     from simsearch.pyramid.partition import similarity_edge_weights
 
