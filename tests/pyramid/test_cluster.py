@@ -676,3 +676,46 @@ def test_a_router_whose_every_checkpoint_copy_is_lost_is_rebuilt_from_its_parts(
     oracle.add(base[kept], ids=kept)
     oracle.add(base[:5] * 3, ids=np.arange(9001, 9006))
     np.testing.assert_array_equal(got[1].ids, oracle.search(queries, K).ids)
+
+
+def test_concurrent_searches_merged_by_the_coordinator_answer_as_alone(cluster_factory, data):
+    """Searches from 8 threads through a coordinator that merges them (--search-batches 1, so
+    most of them queue) each get the in-process index's answers for their own queries, and the
+    coordinator's metrics show batches holding more than one search (seen failing with the
+    merged batch's rows handed back in reverse order of the searches)."""
+    import threading
+    import urllib.request
+
+    base, queries = data
+    cl = cluster_factory(2, 1, "--metrics", "--search-batches", "1")
+    col = filled(cl.coordinator, "l2", base)
+    with thread_limit(1):
+        ref = PyramidIndex(DIM, "l2", **PARAMS)
+        ref.train(base)
+    ref.add(base)
+    bad, errors = [], []
+
+    def client(t):
+        try:
+            for i in range(20):
+                rows = [(t * 7 + i * 3 + j) % len(queries) for j in range(1 + (t + i) % 3)]
+                got = col.search(queries[rows], K, branching=2)
+                if not np.array_equal(got.ids, ref.search(queries[rows], K, branching=2).ids):
+                    bad.append((t, i))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=client, args=(t,)) for t in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors and not bad
+    info = next(i for i in cl.up["processes"].values() if i["address"] == cl.coordinator)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{info['metrics_port']}/metrics",
+                                  timeout=10).read().decode()
+    got = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+           if line.startswith("simsearch_pyramid_") and "batch" in line}
+    assert got["simsearch_pyramid_batched_searches_total"] >= 160
+    assert got["simsearch_pyramid_search_batches_total"] < \
+        got["simsearch_pyramid_batched_searches_total"]

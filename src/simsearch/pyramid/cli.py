@@ -39,7 +39,7 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     from ..service.server import add_serve_arguments
     from . import launcher
     from .control.etcd_server import DEFAULT_QUOTA_BYTES
-    from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER
+    from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER, SEARCH_BATCHES
     from .nodes import run_coordinator, run_shard
 
     p = subparsers.add_parser("cluster", help="a Pyramid cluster: shards, coordinators, etcd")
@@ -64,6 +64,8 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
                     help="the coordinators' --checkpoint-log-bytes")
     up.add_argument("--min-insync-replicas", type=int,
                     help="the coordinators' --min-insync-replicas")
+    up.add_argument("--search-batches", type=int, default=SEARCH_BATCHES,
+                    help="the coordinators' --search-batches")
     up.add_argument("--etcd-quota-bytes", type=int, default=DEFAULT_QUOTA_BYTES,
                     help="the embedded etcd's --quota-backend-bytes (with --etcd: not used)")
     up.add_argument("--tokens-file",
@@ -113,6 +115,10 @@ def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     co.add_argument("--min-insync-replicas", type=int,
                     help="replicas of a part that must hold a write durably before it is "
                          "acknowledged (default: 2 when parts have two replicas or more, else 1)")
+    co.add_argument("--search-batches", type=int, default=SEARCH_BATCHES,
+                    help="batches of one collection's searches in flight at once; searches "
+                         "arriving meanwhile wait and go out merged into the next batch "
+                         f"(default {SEARCH_BATCHES}; 0: every search alone)")
     co.add_argument("--shard-token-file",
                     help="a file holding the token for shards (role 'cluster' in their tokens "
                          "file, docs/service.md \"Security model\")")

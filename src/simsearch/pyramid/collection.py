@@ -345,10 +345,21 @@ class ClusterCollection:
                where: dict | None = None, deadline: float | None = None,
                **params: Any) -> SearchResult:
         """``Index.search``; ``where`` goes to every asked part, which answers it from its
-        attributes."""
+        attributes. Unfiltered searches with the same k and parameters that meet here while
+        others run go out as one batch (batching.py)."""
         self.coord.require_etcd()
-        out = self.current().search(q, k, allow=allow, deny=deny, where=where,
-                                    deadline=deadline, **params)
+        batcher = self.coord.batcher
+        if batcher is not None and allow is None and deny is None and where is None \
+                and all(isinstance(v, (str, int, float, bool, type(None)))
+                        for v in params.values()):
+            c = self.config
+            xs = as_matrix(q, c["dim"], c["metric"], "queries")  # its own errors, not a batch's
+            out = batcher.search(
+                (self, k, tuple(sorted(params.items()))), xs, deadline,
+                lambda qs, dl: self.current().search(qs, k, deadline=dl, **params))
+        else:
+            out = self.current().search(q, k, allow=allow, deny=deny, where=where,
+                                        deadline=deadline, **params)
         self.coord.queries += len(out.ids)
         return out
 

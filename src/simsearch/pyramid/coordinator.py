@@ -30,6 +30,8 @@ from ..service.errors import (
     CollectionNotFoundError,
     ServiceUnavailableError,
 )
+from .batching import MAX_IN_FLIGHT as SEARCH_BATCHES
+from .batching import SearchBatcher
 from .checkpoints import checkpoint_blobs, model_blob
 from .collection import ClusterCollection
 from .control.election import Election
@@ -69,10 +71,13 @@ class Coordinator(Rebalancing):
                  pool_options: dict | None = None, replace_after: float = REPLACE_AFTER,
                  leader_tls_ca: str | None = None,
                  checkpoint_log_bytes: int = CHECKPOINT_LOG_BYTES,
-                 min_insync_replicas: int | None = None):
+                 min_insync_replicas: int | None = None,
+                 search_batches: int = SEARCH_BATCHES):
         """Reads the cluster state at once; ``start(address)`` joins the election once the
         server is bound (its address is the candidate's name). ``leader_tls_ca``: the CA of the
-        coordinators' certificates (a follower forwards writes to its leader over TLS)."""
+        coordinators' certificates (a follower forwards writes to its leader over TLS).
+        ``search_batches``: batches of a collection's concurrent searches in flight at once,
+        searches arriving meanwhile merged into the next (batching.py; 0: every search alone)."""
         from functools import partial
 
         from ..service.client import connect
@@ -97,6 +102,10 @@ class Coordinator(Rebalancing):
                 f"--min-insync-replicas must be in [1, the replication factor "
                 f"{self.state.replicas}]; got {min_insync_replicas}")
         self._min_insync = min_insync_replicas
+        if not isinstance(search_batches, int) or not 0 <= search_batches <= 1024:
+            raise InvalidParameterError(
+                f"--search-batches must be in [0, 1024]; got {search_batches!r}")
+        self.batcher = SearchBatcher(search_batches) if search_batches else None
         self._collections: dict[str, ClusterCollection] = {}
         self._lock = threading.Lock()
         self._leader_client = (None, None)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._durable import atomic_write
 from ..errors import SimsearchError
+from .batching import MAX_IN_FLIGHT as SEARCH_BATCHES
 from .control.etcd import tls_from_args
 from .control.etcd_server import DEFAULT_QUOTA_BYTES, embedded_is_safe, tls_argv
 from .status import cluster_status
@@ -91,6 +92,7 @@ class _Supervisor:
                   if getattr(self.args, "checkpoint_log_bytes", None) else []),
                 *(["--min-insync-replicas", str(self.args.min_insync_replicas)]
                   if getattr(self.args, "min_insync_replicas", None) else []),
+                "--search-batches", str(getattr(self.args, "search_batches", SEARCH_BATCHES)),
                 *(["--shard-token-file", str(self.d / "shard-token")]
                   if getattr(self.args, "tokens_file", None) else []),
                 *(["--metrics-port", "0"] if self.args.metrics else [])]

@@ -6,7 +6,7 @@ from __future__ import annotations
 def collect(coord):
     """Prometheus metrics of a coordinator (docs/service.md, "Metrics"): its role, shards up,
     the fan-out, hedges, router log bytes, etcd compactions, router rebuilds, out-of-sync
-    replicas and part latency."""
+    replicas, part latency and search batching."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     pool = coord.pool
@@ -44,3 +44,15 @@ def collect(coord):
         p95.add_metric([part], pool.hedge_delay(part))
     yield from (leader, up, queries, fanout, hedges, log_bytes, compactions, rebuilds, stale,
                 p95)
+    batcher = coord.batcher
+    if batcher is not None:  # off with --search-batches 0
+        batches = CounterMetricFamily(
+            "simsearch_pyramid_search_batches",
+            "search batches sent to the parts (concurrent searches merged; batching.py)")
+        batches.add_metric([], float(batcher.batches))
+        batched = CounterMetricFamily(
+            "simsearch_pyramid_batched_searches",
+            "searches in those batches; over simsearch_pyramid_search_batches: searches per "
+            "batch")
+        batched.add_metric([], float(batcher.batched))
+        yield from (batches, batched)

@@ -86,6 +86,7 @@ def run_coordinator(args) -> int:
                         or args.tls_cert,
                         checkpoint_log_bytes=args.checkpoint_log_bytes,
                         min_insync_replicas=args.min_insync_replicas,
+                        search_batches=args.search_batches,
                         pool_options={"health_interval": args.health_interval, "token": token,
                                       "tls_ca": args.shard_tls_ca})
 
