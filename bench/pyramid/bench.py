@@ -52,6 +52,9 @@ def main(argv=None) -> int:
                    help="also pyramid with the router in the client (no coordinator hop)")
     s.add_argument("--spill", type=float, nargs="+", default=[0.0],
                    help="one pyramid collection per spill ratio (0: no spilled copies)")
+    s.add_argument("--coordinator-batches", type=int, nargs="*", default=[],
+                   help="per value, every pyramid setting also through one more coordinator "
+                        "started with that --search-batches (0: each search alone)")
     s.add_argument("--naive-coordinator", action="store_true",
                    help="also the naive scheme through the coordinator (partition='hash')")
     f = sub.choices["faults"]

@@ -22,6 +22,37 @@ K = 10
 class Cluster(LocalCluster):
     """A local cluster with the CPU time of its processes by role."""
 
+    def extra_coordinator(self, *args: str) -> str:
+        """Start one more coordinator of this cluster with these extra command-line arguments
+        (say ``--search-batches 0``); its address. Stopped with the cluster; its CPU counts as
+        the coordinators'."""
+        import json
+        import subprocess
+        import sys
+
+        i = len(getattr(self, "_extra", []))
+        ready = self.dir / f"extra-coordinator-{i}.ready"
+        ready.unlink(missing_ok=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "simsearch.pyramid.cli", "cluster", "coordinator",
+             "--etcd", self.up["etcd"], "--cluster", self.up["cluster"], "--host", "127.0.0.1",
+             "--port", "0", "--ready-file", str(ready), "--log-level", "WARNING",
+             "--threads", "1", "--workers", "16", "--allow-unsafe-etcd", *args],
+            stdout=subprocess.DEVNULL, stderr=open(self.dir / f"extra-coordinator-{i}.log", "ab"))
+        self._extra = [*getattr(self, "_extra", []), proc]
+        t0 = time.monotonic()
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() - t0 > 120:
+                raise RuntimeError(f"the extra coordinator did not start (log in {self.dir})")
+            time.sleep(0.1)
+        return f"127.0.0.1:{json.loads(ready.read_text())['port']}"
+
+    def stop(self) -> None:
+        for proc in getattr(self, "_extra", []):
+            proc.terminate()
+            proc.wait(30)
+        super().stop()
+
     def cpu_seconds(self) -> float:
         return sum(self.cpu_by_role().values())
 
@@ -29,7 +60,9 @@ class Cluster(LocalCluster):
         """CPU seconds so far of the shard servers and of the coordinator(s)."""
         tick = os.sysconf("SC_CLK_TCK")
         out = {"shards": 0.0, "coord": 0.0}
-        for name, pid in [(r, i["pid"]) for r, i in self.up["processes"].items()]:
+        pids = [(r, i["pid"]) for r, i in self.up["processes"].items()]
+        pids += [("extra-coordinator", p.pid) for p in getattr(self, "_extra", [])]
+        for name, pid in pids:
             try:
                 f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
                 out["shards" if name.startswith("shard") else "coord"] += (

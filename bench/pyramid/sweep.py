@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+import simsearch as ss
 from simsearch.eval import recall_at_k
 
 from .common import RESULTS, Cluster, K, Naive, build, closed_loop, data
@@ -57,6 +58,13 @@ def sweep(args) -> None:
 
         routers = {spill: open_router(cl.coordinator, _name(spill), cl.up["etcd"],
                                       cl.up["cluster"]) for spill in cols}
+        for nb in args.coordinator_batches:  # the same collections, another batching
+            other = cl.extra_coordinator("--search-batches", str(nb))
+            for spill in cols:
+                key = (f"pyramid-batches{nb}", spill)
+                targets[key] = ss.connect(other, timeout=600).collection(_name(spill))
+                settings += [(key, {"branching": b, "ef": e, "part_effort": "uniform"})
+                             for e in args.ef for b in args.branching]
         if args.client_routed:  # the router copied into this process, asking shards directly
             for spill, router in routers.items():
                 targets[("pyramid-client", spill)] = router
