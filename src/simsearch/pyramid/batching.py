@@ -1,4 +1,5 @@
-"""Concurrent searches merged into one routed batch (docs/cluster.md, "Search batching").
+"""Concurrent searches merged into one routed batch (docs/cluster.md, "Failures and
+stragglers": search batching).
 
 A coordinator's search pays a fixed cost per part call (an RPC on each side, ~1 ms of CPU on a
 loaded box) whatever the number of queries in it. So searches that arrive while others are in
@@ -21,8 +22,8 @@ from ..errors import DeadlineExceededError
 from ..index import SearchResult
 
 #: batches of one collection and search settings running at once; more searches queue. One:
-#: on 400k glove-50 / 10 shards / 8 clients, q/s at one query per call was 1.7x a coordinator
-#: sending each search alone, 1.4x with two batches in flight (smaller batches; bench-pyramid.md)
+#: with two, batches were smaller and q/s 7-15% lower (400k glove-50, 10 shard processes, 8
+#: clients, 1 to 200 queries a call; docs/bench-pyramid.md)
 MAX_IN_FLIGHT = 1
 #: queries in one merged batch at most (a search larger than this runs alone)
 MAX_ROWS = 1024
