@@ -160,3 +160,28 @@ def test_many_threads_each_get_their_own_answers():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         SearchBatcher(max_in_flight=0)
+
+
+def test_a_batch_stays_within_the_message_budget():
+    """Wide queries with many answers merge fewer at a time: searches that fit the message
+    limits alone must fit them merged (seen failing with the limit ignored: one batch of 8)."""
+    from simsearch.pyramid.batching import MAX_BYTES, rows_for
+
+    assert rows_for(50, 10) == 1024
+    wide = rows_for(4096, 1000)
+    assert wide * (4 * 4096 + 12 * 1000) <= MAX_BYTES and wide >= 1
+    b, parts, out = SearchBatcher(max_in_flight=1), Parts(), []
+    first = start(b, parts, rows(0, 1), out)
+    assert parts.running.wait(10)
+
+    def go(i):
+        out.append((None, b.search("k", rows(100 * i, 1), None, parts, max_rows=3)))
+
+    ts = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(1, 9)]
+    for t in ts:
+        t.start()
+    wait_for(lambda: b.queued() == 8)
+    parts.gate.set()
+    for t in [first, *ts]:
+        t.join(10)
+    assert max(len(c) for c in parts.calls[1:]) <= 3 and sum(map(len, parts.calls)) == 9

@@ -25,15 +25,23 @@ from ..index import SearchResult
 #: with two, batches were smaller and q/s 7-15% lower (400k glove-50, 10 shard processes, 8
 #: clients, 1 to 200 queries a call; docs/bench-pyramid.md)
 MAX_IN_FLIGHT = 1
-#: queries in one merged batch at most (a search larger than this runs alone)
+#: queries in one merged batch at most (a search larger than this runs alone) ...
 MAX_ROWS = 1024
+#: ... and at most this many bytes of queries and answers (float32 rows, an id and a score per
+#: answer): searches that pass the message limits one by one must pass them merged too
+MAX_BYTES = 1 << 20
+
+
+def rows_for(dim: int, k: int) -> int:
+    """Queries of ``dim`` floats with ``k`` answers each that one merged batch may hold."""
+    return max(1, min(MAX_ROWS, MAX_BYTES // (4 * dim + 12 * max(1, k))))
 
 
 class _Waiter:
-    __slots__ = ("q", "deadline", "event", "lead", "out")
+    __slots__ = ("q", "deadline", "max_rows", "event", "lead", "out")
 
-    def __init__(self, q: np.ndarray, deadline: float | None):
-        self.q, self.deadline = q, deadline
+    def __init__(self, q: np.ndarray, deadline: float | None, max_rows: int):
+        self.q, self.deadline, self.max_rows = q, deadline, max_rows
         self.event = threading.Event()
         self.lead = False
         self.out: SearchResult | BaseException | None = None
@@ -68,8 +76,11 @@ class SearchBatcher:
             return sum(len(q) for q in self._queues.values())
 
     def search(self, key: Hashable, q: np.ndarray, deadline: float | None,
-               run: Callable[[np.ndarray, float | None], SearchResult]) -> SearchResult:
-        w = _Waiter(q, deadline)
+               run: Callable[[np.ndarray, float | None], SearchResult],
+               max_rows: int | None = None) -> SearchResult:
+        """``max_rows``: this key's batch size limit (at most the batcher's)."""
+        w = _Waiter(q, deadline, self.max_rows if max_rows is None else min(max_rows,
+                                                                            self.max_rows))
         with self._lock:
             n = self._running.get(key, 0)
             if n < self.max_in_flight:
@@ -104,7 +115,7 @@ class SearchBatcher:
         with self._lock:
             queue = self._queues.get(key, [])
             batch, rows = [w], len(w.q)
-            while queue and rows + len(queue[0].q) <= self.max_rows:
+            while queue and rows + len(queue[0].q) <= w.max_rows:
                 rows += len(queue[0].q)
                 batch.append(queue.pop(0))
             self.batches += 1

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import SearchResult, as_id_array, as_matrix
 from . import rebuild, routerlog
+from .batching import rows_for
 from .checkpoints import (
     CheckpointLostError,
     read_checkpoint,
@@ -349,14 +350,18 @@ class ClusterCollection:
         others run go out as one batch (batching.py)."""
         self.coord.require_etcd()
         batcher = self.coord.batcher
+        # alone: filtered searches, per-query parameters, and partial answers (whose coverage
+        # is their own, not a batch's)
         if batcher is not None and allow is None and deny is None and where is None \
+                and params.get("require_complete") is not False \
                 and all(isinstance(v, (str, int, float, bool, type(None)))
                         for v in params.values()):
             c = self.config
             xs = as_matrix(q, c["dim"], c["metric"], "queries")  # its own errors, not a batch's
             out = batcher.search(
                 (self, k, tuple(sorted(params.items()))), xs, deadline,
-                lambda qs, dl: self.current().search(qs, k, deadline=dl, **params))
+                lambda qs, dl: self.current().search(qs, k, deadline=dl, **params),
+                rows_for(c["dim"], k if isinstance(k, int) else 1))
         else:
             out = self.current().search(q, k, allow=allow, deny=deny, where=where,
                                         deadline=deadline, **params)
