@@ -682,9 +682,18 @@ def test_concurrent_searches_merged_by_the_coordinator_answer_as_alone(cluster_f
     """Searches from 8 threads through a coordinator that merges them (--search-batches 1, so
     most of them queue) each get the in-process index's answers for their own queries, and the
     coordinator's metrics show batches holding more than one search (seen failing with the
-    merged batch's rows handed back in reverse order of the searches)."""
+    merged batch's rows handed back in reverse order of the searches). A thread sending NaN
+    queries meanwhile gets its own typed error and fails nobody else's search (seen failing
+    with the per-search check before joining a batch removed: other threads' searches failed
+    with the NaN's INVALID_ARGUMENT)."""
     import threading
     import urllib.request
+
+    import grpc
+
+    from simsearch.service import convert
+    from simsearch.service.protos.simsearch.v1 import simsearch_pb2 as pb
+    from simsearch.service.protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
 
     base, queries = data
     cl = cluster_factory(2, 1, "--metrics", "--search-batches", "1")
@@ -693,29 +702,49 @@ def test_concurrent_searches_merged_by_the_coordinator_answer_as_alone(cluster_f
         ref = PyramidIndex(DIM, "l2", **PARAMS)
         ref.train(base)
     ref.add(base)
-    bad, errors = [], []
+    jobs = {(t, i): [(t * 7 + i * 3 + j) % len(queries) for j in range(1 + (t + i) % 3)]
+            for t in range(8) for i in range(40)}
+    want = {key: ref.search(queries[rows], K, branching=2).ids for key, rows in jobs.items()}
+    bad, errors, hostile = [], [], []
+    done = threading.Event()
 
     def client(t):
         try:
-            for i in range(20):
-                rows = [(t * 7 + i * 3 + j) % len(queries) for j in range(1 + (t + i) % 3)]
-                got = col.search(queries[rows], K, branching=2)
-                if not np.array_equal(got.ids, ref.search(queries[rows], K, branching=2).ids):
+            for i in range(40):
+                got = col.search(queries[jobs[t, i]], K, branching=2)
+                if not np.array_equal(got.ids, want[t, i]):
                     bad.append((t, i))
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
+    def nan_client():  # on the wire: the client would refuse the NaN itself
+        q = queries[:2].copy()
+        q[1, 3] = np.nan
+        stub = pb_grpc.SimSearchStub(grpc.insecure_channel(cl.coordinator))
+        req = pb.SearchRequest(collection="docs", queries=convert.to_matrix(q), k=K,
+                               params_json='{"branching": 2}')
+        while not done.is_set():
+            try:
+                stub.Search(req, timeout=60)
+                hostile.append("answered")
+            except grpc.RpcError as exc:
+                hostile.append(exc.code().name)
+
     ts = [threading.Thread(target=client, args=(t,)) for t in range(8)]
-    for t in ts:
+    nan = threading.Thread(target=nan_client)
+    for t in [*ts, nan]:
         t.start()
     for t in ts:
         t.join(120)
+    done.set()
+    nan.join(60)
     assert not errors and not bad
+    assert hostile and set(hostile) == {"INVALID_ARGUMENT"}
     info = next(i for i in cl.up["processes"].values() if i["address"] == cl.coordinator)
     text = urllib.request.urlopen(f"http://127.0.0.1:{info['metrics_port']}/metrics",
                                   timeout=10).read().decode()
     got = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
            if line.startswith("simsearch_pyramid_") and "batch" in line}
-    assert got["simsearch_pyramid_batched_searches_total"] >= 160
+    assert got["simsearch_pyramid_batched_searches_total"] >= 320
     assert got["simsearch_pyramid_search_batches_total"] < \
         got["simsearch_pyramid_batched_searches_total"]
