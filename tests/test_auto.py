@@ -41,6 +41,9 @@ def test_reaches_the_target_and_reports(longtail, tmp_path):
     back = ss.load(tmp_path / "auto.idx")
     assert back.chosen == idx.chosen and back.report == idx.report
     np.testing.assert_array_equal(back.search(held_out, 10).ids, got)
+    knob = ss.auto.CANDIDATES[idx.chosen].knob  # the tuned knob, as the report states it
+    assert knob is None or (knob in idx.tuned_params and f"{knob}=" in idx.report)
+    assert back.tuned_params == idx.tuned_params
 
 
 def test_memory_budget_and_bad_settings(longtail):

@@ -271,6 +271,12 @@ class AutoIndex(Index):
         """The chosen candidate's name (a key of CANDIDATES), None before the first add."""
         return None if self._inner is None else self._chosen
 
+    @property
+    def tuned_params(self) -> dict:
+        """The chosen index's search parameters as tuned (the defaults of ``search``; a scan
+        budget as a share of the items), {} before the first add."""
+        return dict(self._defaults)
+
     # -- choosing ---------------------------------------------------------------------------
 
     def _choose(self, x: np.ndarray, ids: np.ndarray) -> None:
