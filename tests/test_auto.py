@@ -55,6 +55,23 @@ def test_memory_budget_and_bad_settings(longtail):
         ss.create_index("auto", 8, "ip", candidates=("nope",))
     with pytest.raises(InvalidParameterError, match="target_recall"):
         ss.create_index("auto", 8, "ip", target_recall=1.5)
+    for bad in (0.3, 1.0, True, "high"):
+        with pytest.raises(InvalidParameterError, match="confidence"):
+            ss.create_index("auto", 8, "ip", confidence=bad)
+
+
+def test_a_lower_confidence_tunes_a_smaller_knob(longtail):
+    """The promise's confidence is the knob's margin: a less sure bound accepts a smaller scan
+    budget, and the report names the confidence (seen failing with the confidence not passed
+    to the tuning: both budgets equal)."""
+    base, queries = longtail
+    got = {}
+    for conf in (0.99, 0.6):
+        idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:50],
+                            progress=False, candidates=("norm-scan",), confidence=conf)
+        got[conf] = idx.tuned_params["max_items"]
+        assert f"{conf:.0%} prediction bound" in idx.report
+    assert got[0.6] < got[0.99], got
 
 
 def test_a_scan_budget_grows_with_the_index(longtail):

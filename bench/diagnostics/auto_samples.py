@@ -1,11 +1,12 @@
 """What auto_index's promise costs, by the number of sample queries it is given.
 
     flock /tmp/simsearch-bench.lock python bench/diagnostics/auto_samples.py \
-        [--dataset glove-50] [--samples 200 600 1200] [--target 0.9]
+        [--dataset glove-50] [--samples 200 600 1200] [--confidence 0.99] [--target 0.9]
 
 auto tunes its knob until a one-sided 99% prediction bound for the mean recall of new queries
 reaches the target (src/simsearch/auto.py), so the recall it lands at sits above the target by
-a margin that shrinks with the sample. Per sample size: the knob auto chose (its candidates
+a margin that shrinks with the sample and with the bound's confidence. Per sample size and
+confidence: the knob auto chose (its candidates
 restricted to the method it picks on this set, to keep the run short; a graph's knob), the
 recall of 1,000
 scored queries held out of every sample, and q/s (one thread, alternated with the knob that
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--n-base", type=int, default=100_000)
     ap.add_argument("--samples", type=int, nargs="+", default=[200, 600, 1200])
     ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--confidence", type=float, nargs="+", default=[0.99])
     ap.add_argument("--candidate", default="ipnsw-plus-sq8")
     a = ap.parse_args()
     ds = datasets.load(a.dataset, n_base=a.n_base, n_queries=N_SCORED + max(a.samples))
@@ -45,13 +47,15 @@ def main() -> None:
                            metric="ip")
 
     rows, autos = [], []
-    for n in a.samples:
-        idx = auto_index(ds.base, "ip", target_recall=a.target, k=K,
-                         queries=ds.queries[pool[:n]], progress=False, n_eval=n,
-                         candidates=[a.candidate])
-        knob = idx.tuned_params
-        autos.append((n, idx, knob, rec(idx.search(q, K).ids)))
-        print(f"{n} samples: {knob}, held-out recall {autos[-1][3]:.4f}", flush=True)
+    for conf in a.confidence:
+        for n in a.samples:
+            idx = auto_index(ds.base, "ip", target_recall=a.target, k=K,
+                             queries=ds.queries[pool[:n]], progress=False, n_eval=n,
+                             candidates=[a.candidate], confidence=conf)
+            knob = idx.tuned_params
+            autos.append(((n, conf), idx, knob, rec(idx.search(q, K).ids)))
+            print(f"{n} samples, confidence {conf}: {knob}, held-out recall "
+                  f"{autos[-1][3]:.4f}", flush=True)
     cand = CANDIDATES[a.candidate]  # the same build, searched at the best row's knob
     inner = cand.make(ds.base.shape[1], "ip", ds.base)
     inner.add(ds.base)
@@ -65,10 +69,11 @@ def main() -> None:
     fns.append(lambda: inner.search(q, K, **{**cand.fixed, cand.knob: best[0]}))
     with thread_limit(1):
         times = alternated_best_times(fns, rounds=5, min_seconds=0.2)
-    for (n, _, knob, r), t in zip(autos, times, strict=False):
-        rows.append({"sample queries": n, "auto's knob": knob, "held-out recall@10": r,
+    for ((n, conf), _, knob, r), t in zip(autos, times, strict=False):
+        rows.append({"sample queries": n, "confidence": conf, "auto's knob": knob,
+                     "held-out recall@10": r,
                      "q/s": len(q) / t, "vs the best row": times[-1] / t})
-    rows.append({"sample queries": "best row (tuned on the scored queries)",
+    rows.append({"sample queries": "best row (tuned on the scored queries)", "confidence": "-",
                  "auto's knob": {cand.knob: best[0]}, "held-out recall@10": best[1],
                  "q/s": len(q) / times[-1], "vs the best row": 1.0})
     print(markdown_table(rows, list(rows[0])))

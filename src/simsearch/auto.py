@@ -119,11 +119,12 @@ def _knob_value(c: Candidate, v: Any, n: int) -> Any:
 
 
 # The promise is about the queries that come next, not the sample: a knob is accepted when a
-# one-sided 99% prediction bound for the mean recall of _FUTURE new queries reaches the target.
+# one-sided prediction bound (99% by default: ``confidence``) for the mean recall of _FUTURE new
+# queries reaches the target.
 # A bound on the sample's own mean (1.645 sigma / sqrt(n), used before) fell short on held-out
 # queries (0.888 for 0.9 on ml100k-svd): the knob is the smallest that passes, so it sits where
 # the sample's noise happened to favour it (docs/benchmarks.md, "auto_index keeps its target").
-_PROMISE_Z = 2.326
+CONFIDENCE = 0.99
 _FUTURE = 1000
 
 # A filter makes the k-th allowed answer sit deeper in the index's ranking, and the planner's
@@ -135,13 +136,16 @@ _FILTER_SELECTIVITIES = (0.5, 0.1, 0.01)
 _FILTER_BOOSTS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0)
 
 
-def prediction_bound(per_query: np.ndarray) -> float:
-    """A one-sided 99% lower prediction bound for the mean of _FUTURE new queries' recalls from
-    these queries' recalls: mean - z sigma sqrt(1/n + 1/_FUTURE)."""
+def prediction_bound(per_query: np.ndarray, confidence: float = CONFIDENCE) -> float:
+    """A one-sided lower prediction bound, at this confidence, for the mean of _FUTURE new
+    queries' recalls from these queries' recalls: mean - z sigma sqrt(1/n + 1/_FUTURE)."""
+    from statistics import NormalDist
+
     per_query = np.asarray(per_query, np.float64)
     n = max(len(per_query), 1)
     sigma = per_query.std(ddof=1 if n > 1 else 0)
-    return float(per_query.mean() - _PROMISE_Z * sigma * math.sqrt(1 / n + 1 / _FUTURE))
+    z = NormalDist().inv_cdf(confidence)
+    return float(per_query.mean() - z * sigma * math.sqrt(1 / n + 1 / _FUTURE))
 
 
 def _per_query_recall(ids: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -149,9 +153,9 @@ def _per_query_recall(ids: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return np.array(hits, np.float64) / truth.shape[1]
 
 
-def _recall(ids: np.ndarray, truth: np.ndarray) -> float:
+def _recall(ids: np.ndarray, truth: np.ndarray, confidence: float) -> float:
     """The prediction bound of the recall@k of new queries, from these queries' answers."""
-    return prediction_bound(_per_query_recall(ids, truth))
+    return prediction_bound(_per_query_recall(ids, truth), confidence)
 
 
 def _per_query_seconds(idx: Index, q: np.ndarray, k: int, params: dict) -> float:
@@ -192,15 +196,16 @@ def _alternated_seconds(built: list[tuple[Index, dict]], q: np.ndarray, k: int) 
     return [t / len(q) for t in times]
 
 
-def _tune(c: Candidate, idx: Index, q: np.ndarray, truth: np.ndarray, k: int, target: float):
+def _tune(c: Candidate, idx: Index, q: np.ndarray, truth: np.ndarray, k: int, target: float,
+          confidence: float):
     """The cheapest grid value reaching the target: (value or None, recall)."""
     n = len(idx)
     if c.knob is None:
-        return None, _recall(idx.search(q, k, **c.fixed).ids, truth)
+        return None, _recall(idx.search(q, k, **c.fixed).ids, truth, confidence)
     rec = 0.0
     for v in c.grid:
         val = _knob_value(c, v, n)
-        rec = _recall(idx.search(q, k, **{**c.fixed, c.knob: val}).ids, truth)
+        rec = _recall(idx.search(q, k, **{**c.fixed, c.knob: val}).ids, truth, confidence)
         if rec >= target:
             return v, rec
     return None, rec  # never reached it
@@ -222,7 +227,9 @@ class AutoIndex(Index):
     ``candidates`` (names from ``CANDIDATES``; default all that take the metric),
     ``memory_budget`` (bytes; candidates whose estimate exceeds it are skipped),
     ``sample_size`` (20,000 items built per candidate), ``n_eval`` (200 held-out queries),
-    ``seed``, ``progress``.
+    ``seed``, ``progress``, ``confidence`` (0.99: how sure the prediction bound is that new
+    queries average the target; lower is faster and less sure, docs/benchmarks.md "What
+    auto_index's promise costs").
 
     >>> import numpy as np, simsearch as ss
     >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
@@ -239,9 +246,14 @@ class AutoIndex(Index):
     def __init__(self, dim: int, metric: str = "ip", target_recall: float = 0.9, k: int = 10,
                  candidates: list[str] | tuple[str, ...] | None = None,
                  memory_budget: int | None = None, sample_size: int = 20_000, n_eval: int = 200,
-                 seed: int = 0, progress: bool = False):
+                 seed: int = 0, progress: bool = False, confidence: float = CONFIDENCE):
         if not (isinstance(target_recall, (int, float)) and 0 < target_recall <= 1):
             raise InvalidParameterError(f"target_recall must be in (0, 1]; got {target_recall!r}")
+        if not (isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
+                and 0.5 <= confidence <= 0.9999):
+            raise InvalidParameterError(
+                f"confidence must be in [0.5, 0.9999] (how sure auto is that the next queries "
+                f"average the target; 0.99 by default); got {confidence!r}")
         names = [c for c, cand in CANDIDATES.items() if metric in cand.metrics] \
             if candidates is None else list(candidates)
         unknown = set(names) - set(CANDIDATES)
@@ -252,7 +264,7 @@ class AutoIndex(Index):
         super().__init__(dim, metric, target_recall=float(target_recall), k=int(k),
                          candidates=names, memory_budget=memory_budget,
                          sample_size=int(sample_size), n_eval=int(n_eval), seed=int(seed),
-                         progress=bool(progress))
+                         progress=bool(progress), confidence=float(confidence))
         self._inner: Index | None = None
         self._defaults: dict = {}
         self._filter_boosts: list[tuple[float, float]] = []  # (selectivity, knob boost)
@@ -316,7 +328,7 @@ class AutoIndex(Index):
             _progress(f"building {name} on {len(xs)} items", p["progress"])
             idx = c.make(self.dim, self.metric, xs)
             idx.add(xs)
-            v, rec = _tune(c, idx, q_eval, truth, kk, target)
+            v, rec = _tune(c, idx, q_eval, truth, kk, target, p["confidence"])
             if v is None and c.knob is not None:
                 rows.append((name, None, rec, None, None, "never reached the target"))
                 continue
@@ -381,7 +393,8 @@ class AutoIndex(Index):
             mean = float(_per_query_recall(inner.search(q_eval, min(k, m), **params).ids,
                                            truth_full).mean())
             lines.append(f"on all {n} items: {r[0]} tuned to {knob} (recall on the sample "
-                         f"queries {mean:.3f}; 99% prediction bound for new queries {rec:.3f}: "
+                         f"queries {mean:.3f}; {p['confidence']:.0%} prediction bound for new "
+                         f"queries {rec:.3f}: "
                          f"the promise costs {mean - target:+.3f} of recall over the target), "
                          f"{sec * 1e6:.1f} us/query")
             if best is None or sec < best[0]:
@@ -421,7 +434,7 @@ class AutoIndex(Index):
             for b in _FILTER_BOOSTS:
                 got = self._inner.search(q_eval, truth.shape[1], allow=allow,
                                          **self._boosted(b)).ids
-                rec = _recall(got, truth)
+                rec = _recall(got, truth, self._params["confidence"])
                 if rec >= target:
                     boost = b
                     break
@@ -460,12 +473,14 @@ class AutoIndex(Index):
         k, target = truth_full.shape[1], self._params["target_recall"]
         inner = c.make(self.dim, self.metric, x[~late])
         inner.add(x[~late], ids[~late])
+        conf = self._params["confidence"]
         if c.knob is None:
             return inner, dict(c.fixed), _recall(inner.search(q_eval, k, **c.fixed).ids,
-                                                 truth_full)
+                                                 truth_full, conf)
 
         def rec_at(val):
-            return _recall(inner.search(q_eval, k, **{**c.fixed, c.knob: val}).ids, truth_full)
+            return _recall(inner.search(q_eval, k, **{**c.fixed, c.knob: val}).ids, truth_full,
+                           conf)
 
         start = c.grid.index(v)
         # at full size the knob may need less than on the sample (the share of items a scan
