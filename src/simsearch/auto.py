@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -139,8 +140,6 @@ _FILTER_BOOSTS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0)
 def prediction_bound(per_query: np.ndarray, confidence: float = CONFIDENCE) -> float:
     """A one-sided lower prediction bound, at this confidence, for the mean of _FUTURE new
     queries' recalls from these queries' recalls: mean - z sigma sqrt(1/n + 1/_FUTURE)."""
-    from statistics import NormalDist
-
     per_query = np.asarray(per_query, np.float64)
     n = max(len(per_query), 1)
     sigma = per_query.std(ddof=1 if n > 1 else 0)
