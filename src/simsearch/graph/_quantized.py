@@ -87,6 +87,15 @@ class QuantizedGraph:
             out[own, slot] = packed.blocks
             blocks[part] = out
 
+    def permute(self, order: np.ndarray) -> None:
+        """Move the item at position ``order[i]`` to position i (i < len(order)), with its
+        blocks; the caller renumbers the links, whose order, and so the blocks' content, stays."""
+        n = len(order)
+        self.codes[:n] = self.codes[order]
+        self.norm_codes[:n] = self.norm_codes[order]
+        blocks = self.blocks.reshape(-1, self.per_node, self.stride)
+        blocks[:n] = blocks[order]
+
     def tables(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queries' 8-bit lookup tables, scales and biases (fastscan.quantize_luts)."""
         return FS.quantize_luts(self.codec.lookup_tables(q), self.n_pairs)
