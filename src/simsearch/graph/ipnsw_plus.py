@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 _CPUS = available_cpus()
 # below this the walk's arrays sit in the cache and the order made no difference (glove-50
-# 100k: 1.01-1.03x; 400k: 1.11-1.15x, docs/bench-graph.md "Items in walk order")
+# 100k: 1.01-1.03x; 400k: 1.1-1.2x; docs/bench-graph.md, "Items in walk order")
 _REORDER_MIN = 1 << 14
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -156,8 +156,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         the items of the first add that brings the index to 256 items or more.
     fast_scan_codebooks : direction codebooks of those codes (default dim // 2, at most 255).
     reorder : lay the items out in walk order (:meth:`reorder`) whenever an add has doubled the
-        index since the last time (from 16,384 items): 1.11-1.15x the queries/s at 400k items,
-        identical answers (docs/bench-graph.md, "Items in walk order").
+        index since the last time (from 16,384 items): 1.1-1.2x the queries/s at 400k items,
+        1.2-1.4x at 1M, identical answers (docs/bench-graph.md, "Items in walk order").
 
     Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
     k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
