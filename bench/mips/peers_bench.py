@@ -232,15 +232,39 @@ def run(name: str, targets: list[float], img: Path, confidence: float = 0.99) ->
             (_, rec, qps), = sweep(lambda qq, v, a=auto: a.search(qq, K).ids, [None], q, gt,
                                    ds.base)  # fmt: skip
         log(f"{name} @ {target}: auto chose {auto.chosen} in {took:.0f} s: recall {rec:.4f}")
+        at = {m: qps_at(series[m], rec) for m in series if m.startswith("simsearch")}
+        at = {m: v for m, v in at.items() if v is not None}
+        same = max(at, key=at.get) if at else None
         rows.append({"dataset": name, "target": target, "method": f"auto_index -> {auto.chosen}",
                      "setting": f"tuned on 200 given queries, confidence {confidence:g}",
                      "recall@10": rec,
-                     "q/s (1 thread)": qps, "build s": took, "bytes/item": None})
+                     "q/s (1 thread)": qps, "build s": took, "bytes/item": None,
+                     "_equal": None if same is None else (same, at[same])})
         print(f"\n### auto_index report, {name}, target {target}\n{auto.report}", flush=True)
         rows.append(alternated(name, target, rows, searches, auto, q))
     plot_recall_qps(series, img / f"peers-{name}.png",
                     f"{name} ({n:,} x {d}), inner product, one thread")
     return rows
+
+
+def qps_at(series: list[tuple[float, float]], recall: float) -> float | None:
+    """A method's q/s at this recall from its sweep's (recall, q/s) points: linear between the
+    two frontier points around it (the frontier: each point faster than every point of higher
+    recall); None if the sweep never reached it."""
+    front, fastest = [], 0.0
+    for r, s in sorted(series, reverse=True):
+        if s > fastest:
+            front.append((r, s))
+            fastest = s
+    front.reverse()  # by increasing recall, decreasing q/s
+    above = [i for i, (r, _) in enumerate(front) if r >= recall]
+    if not above:
+        return None
+    i = above[0]
+    if i == 0:
+        return front[0][1]
+    (r1, s1), (r2, s2) = front[i - 1], front[i]
+    return s1 + (s2 - s1) * (recall - r1) / (r2 - r1)
 
 
 def alternated(name, target, rows, searches, auto, q) -> dict:
@@ -281,7 +305,11 @@ def summary(rows: list[dict]) -> list[dict]:
                         f"({auto['recall@10']:.4f})",
                     "best simsearch / best peer": a["mine q/s"] / a["peer q/s"],
                     "auto / best peer": a["auto q/s"] / a["peer q/s"],
-                    "auto / best simsearch": a["auto q/s"] / a["mine q/s"]})
+                    "auto / best simsearch": a["auto q/s"] / a["mine q/s"],
+                    "auto / best simsearch at auto's recall":
+                        "-" if auto["_equal"] is None else
+                        f"{auto['q/s (1 thread)'] / auto['_equal'][1]:.2f} "
+                        f"({auto['_equal'][0][len('simsearch '):]})"})
     return out
 
 
@@ -303,7 +331,8 @@ def main() -> None:
     print("\n## Summary (the best of each side and auto_index re-timed in turn)\n\n"
           + markdown_table(summary(rows), [
               "dataset", "target", "best simsearch", "best peer", "auto_index (held-out recall)",
-              "best simsearch / best peer", "auto / best peer", "auto / best simsearch"]))
+              "best simsearch / best peer", "auto / best peer", "auto / best simsearch",
+              "auto / best simsearch at auto's recall"]))
 
 
 if __name__ == "__main__":

@@ -87,14 +87,18 @@ class QuantizedGraph:
             out[own, slot] = packed.blocks
             blocks[part] = out
 
-    def permute(self, order: np.ndarray) -> None:
-        """Move the item at position ``order[i]`` to position i (i < len(order)), with its
-        blocks; the caller renumbers the links, whose order, and so the blocks' content, stays."""
+    def permuted(self, order: np.ndarray) -> QuantizedGraph:
+        """A copy with the item at position ``order[i]`` at position i (i < len(order)), its
+        blocks with it; the caller renumbers the links, whose order, and so the blocks' content,
+        stays."""
         n = len(order)
-        self.codes[:n] = self.codes[order]
-        self.norm_codes[:n] = self.norm_codes[order]
-        blocks = self.blocks.reshape(-1, self.per_node, self.stride)
-        blocks[:n] = blocks[order]
+        g = QuantizedGraph(self.codec, self.per_node * FS.BLOCK)
+        g.codes, g.norm_codes, g.blocks = self.codes.copy(), self.norm_codes.copy(), \
+            self.blocks.copy()
+        g.codes[:n], g.norm_codes[:n] = self.codes[order], self.norm_codes[order]
+        blocks = g.blocks.reshape(-1, self.per_node, self.stride)
+        blocks[:n] = self.blocks.reshape(-1, self.per_node, self.stride)[order]
+        return g
 
     def tables(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The queries' 8-bit lookup tables, scales and biases (fastscan.quantize_luts)."""

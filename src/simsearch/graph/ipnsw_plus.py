@@ -392,20 +392,23 @@ class IPNSWPlus(BeamFilterHooks, Index):
 
     def _permute(self, order: np.ndarray) -> None:
         """Move the item at position ``order[i]`` to position i, in every per-item array and
-        in both graphs (links renumbered, the angular graph relabelled)."""
+        in both graphs (links renumbered, the angular graph relabelled). Everything is built
+        first and swapped in at the end: a failure half-way (out of memory) leaves the index as
+        it was."""
         n = self._n
         new_pos = np.empty(n, np.int32)
         new_pos[order] = np.arange(n, dtype=np.int32)
-        for name in ("_xb", "_codes", "_inv_norm", "_pos_ids", "_live", "_degree",
+        new = {}
+        for name in ("_xb", "_codes", "_inv_norm", "_pos_ids", "_live", "_degree", "_links",
                      "_link_scores"):
             a = getattr(self, name)
             if a is not None:
-                a[:n] = a[order]
-        links = self._links[:n][order]
-        self._links[:n] = np.where(links >= 0, new_pos[np.maximum(links, 0)], -1)
-        if self._qgraph is not None:
-            self._qgraph.permute(order)
-        meta, arrays = hnswlib_state(self._angular)
+                new[name] = b = a.copy()  # the capacity past n comes along
+                b[:n] = a[order]
+        links = new["_links"][:n]
+        links[...] = np.where(links >= 0, new_pos[np.maximum(links, 0)], -1)
+        qgraph = None if self._qgraph is None else self._qgraph.permuted(order)
+        meta, arrays = hnswlib_state(self._angular)  # copies: relabelled here, then loaded
         lo, spe = meta["label_offset"], meta["size_data_per_element"]
         data = arrays["data_level0"].view(np.uint8).reshape(-1, spe)
         labels = np.ascontiguousarray(data[:, lo : lo + 8]).view(np.uint64)[:, 0]
@@ -413,8 +416,11 @@ class IPNSWPlus(BeamFilterHooks, Index):
             np.uint8)
         ext = arrays["label_lookup_external"]
         arrays["label_lookup_external"] = new_pos[ext.astype(np.int64)].astype(np.uint64)
-        self._angular = hnswlib_from_state(meta, arrays, positional_labels=True)
-        self._agraph = hnswlib_graph(self._angular)
+        angular = hnswlib_from_state(meta, arrays, positional_labels=True)
+        agraph = hnswlib_graph(angular)
+        for name, a in new.items():
+            setattr(self, name, a)
+        self._qgraph, self._angular, self._agraph = qgraph, angular, agraph
         self._pool = _VisitedPool()
 
     def _angular_neighbours(self, x: np.ndarray, k: int, threads: int) -> np.ndarray:
