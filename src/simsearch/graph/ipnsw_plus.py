@@ -378,7 +378,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
         graph's entry, so a walk's neighbours sit near each other in memory (docs/bench-graph.md,
         "Items in walk order"). Ids and answers are unchanged. ``add`` does it by itself each
         time the index has doubled (``reorder=True``); items added since stay in insertion
-        order, which this call mends. A write: searches wait."""
+        order, which this call mends. A write: searches wait. It holds a second copy of the
+        index while it runs (as growing the arrays does), so a failure leaves the old layout."""
         with self._lock.write():
             self._reorder()
             self._version += 1  # positions moved: the filter planner's id lookup is stale
