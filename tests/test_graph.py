@@ -13,6 +13,7 @@ import pytest
 import simsearch as ss
 from simsearch import errors, simd
 from simsearch._hnswlib import hnswlib_graph
+from simsearch._kernels import bfs_order
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
 from simsearch.graph import IPNSWPlus
@@ -382,7 +383,7 @@ def twins(base, parts, monkeypatch, **kw):
     """The same build in insertion order and in walk order (reordering from 1,000 items)."""
     from simsearch.graph import ipnsw_plus
 
-    monkeypatch.setattr(ipnsw_plus, "_REORDER_MIN", 1000)
+    monkeypatch.setattr(ipnsw_plus, "REORDER_MIN", 1000)
     out = []
     for reorder in (False, True):
         idx = IPNSWPlus(32, M=16, angular_M=8, ef_construction=64, n_threads=1, progress=False,
@@ -470,9 +471,9 @@ def test_searches_during_reorder(longtail, monkeypatch):
 def test_bfs_order_is_a_permutation():
     links = np.array([[1, 2], [3, -1], [-1, -1], [-1, -1], [0, -1]], np.int32)
     degree = np.array([2, 1, 0, 0, 1], np.int32)
-    np.testing.assert_array_equal(K.bfs_order(links, degree, 0), [0, 1, 2, 3, 4])
-    np.testing.assert_array_equal(K.bfs_order(links, degree, 4), [4, 0, 1, 2, 3])
-    assert sorted(K.bfs_order(links, degree, 3)) == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(bfs_order(links, degree, 0), [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(bfs_order(links, degree, 4), [4, 0, 1, 2, 3])
+    assert sorted(bfs_order(links, degree, 3)) == [0, 1, 2, 3, 4]
 
 
 def test_reorder_that_fails_half_way_leaves_the_index(longtail, monkeypatch):

@@ -43,6 +43,51 @@ def hnswlib_from_state(meta: dict, arrays: dict[str, np.ndarray],
     return h
 
 
+def hnswlib_permuted(h: hnswlib.Index, order: np.ndarray) -> hnswlib.Index:
+    """A copy of ``h`` whose element at internal id ``order[i]`` is at internal id i: rows,
+    link lists, levels, the entry point and the label lookup moved and every link renumbered.
+    Labels, and so every answer, stay; only the memory layout changes (docs/benchmarks.md,
+    "HNSW in walk order")."""
+    meta, arrays = hnswlib_state(h)
+    n, spe = meta["cur_element_count"], meta["size_data_per_element"]
+    o0, m0, m, spl = (meta["offset_level0"], meta["max_M0"], meta["max_M"],
+                      meta["size_links_per_element"])
+    order = np.asarray(order, np.int64)
+    if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError(f"order must be a permutation of the {n} elements")
+    new_id = np.empty(n, np.uint32)
+    new_id[order] = np.arange(n, dtype=np.uint32)
+
+    def renumber(rows: np.ndarray, off: int, width: int) -> None:
+        count = np.ascontiguousarray(rows[:, off : off + 2]).view(np.uint16)[:, 0]
+        ids = np.ascontiguousarray(rows[:, off + 4 : off + 4 + 4 * width]).view(np.uint32)
+        used = np.arange(width)[None, :] < count[:, None].astype(np.int64)
+        ids = np.where(used, new_id[np.where(used, ids, 0)], ids)
+        rows[:, off + 4 : off + 4 + 4 * width] = ids.view(np.uint8)
+
+    data = arrays["data_level0"].view(np.uint8).reshape(n, spe)[order]
+    renumber(data, o0, m0)
+    levels = arrays["element_levels"]
+    old_levels = levels[:n].astype(np.int64)
+    new_levels = levels.copy()
+    new_levels[:n] = levels[:n][order]
+    ll = arrays["link_lists"].view(np.uint8).reshape(-1, spl)
+    start = np.concatenate([[0], np.cumsum(old_levels)[:-1]]).astype(np.int64)
+    counts = old_levels[order]
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    rows = np.repeat(start[order], counts) + np.arange(int(counts.sum())) - np.repeat(first,
+                                                                                       counts)
+    ll = ll[rows]
+    if len(ll):
+        renumber(ll, 0, m)
+    ep = meta["enterpoint_node"]
+    meta = {**meta, "enterpoint_node": int(new_id[ep]) if n else ep}
+    arrays = {**arrays, "data_level0": data.reshape(-1).view(np.int8),
+              "link_lists": ll.reshape(-1).view(np.int8), "element_levels": new_levels,
+              "label_lookup_internal": new_id[arrays["label_lookup_internal"].astype(np.int64)]}
+    return hnswlib_from_state(meta, arrays)
+
+
 def _int(meta: dict, key: str, lo: int, hi: int) -> int:
     v = meta.get(key)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:

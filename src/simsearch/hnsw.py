@@ -8,12 +8,23 @@ from typing import Any
 import hnswlib
 import numpy as np
 
-from ._hnswlib import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
+from ._hnswlib import (
+    hnswlib_from_saved,
+    hnswlib_from_state,
+    hnswlib_graph,
+    hnswlib_permuted,
+    hnswlib_state,
+)
+from ._kernels import bfs_order
 from ._numba_util import kernel_width
+from .errors import InvalidParameterError
 from .filters import BeamFilterHooks
 from .index import Index, SearchResult, check_int, check_threads, pad_score, register
 
 _SPACES = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
+# smaller graphs keep insertion order: hnswlib prefetches each neighbour's row, so the order
+# gained 1.01-1.03x at 400k items, 1.06-1.18x at 1M (docs/benchmarks.md, "HNSW in walk order")
+REORDER_MIN = 1 << 19
 
 
 class _EfGate:
@@ -69,6 +80,9 @@ class HNSWIndex(BeamFilterHooks, Index):
     capacity : initial number of slots; grows on demand (doubling).
     seed : hnswlib's level-assignment seed.
     n_threads : threads used by add(); searches take ``n_threads`` per call.
+    reorder : lay the nodes out in walk order (:meth:`reorder`) whenever an add has doubled the
+        index since the last time (from 524,288 items); answers unchanged (docs/benchmarks.md,
+        "HNSW in walk order").
 
     Search parameters: ``ef`` (beam width, default max(k, 64); raised to k when smaller) and
     ``n_threads`` (default 1: per-query paths and servers run single-threaded; pass -1 for all
@@ -95,8 +109,11 @@ class HNSWIndex(BeamFilterHooks, Index):
         capacity: int = 1024,
         seed: int = 100,
         n_threads: int = -1,
+        reorder: bool = True,
     ):
         M = check_int("M", M, 2, 1024)
+        if not isinstance(reorder, bool):
+            raise InvalidParameterError(f"reorder must be a bool; got {reorder!r}")
         ef_construction = check_int("ef_construction", ef_construction, 1, 1 << 20)
         capacity = check_int("capacity", capacity, 1)
         seed = check_int("seed", seed, 0)
@@ -108,6 +125,7 @@ class HNSWIndex(BeamFilterHooks, Index):
             capacity=capacity,
             seed=seed,
             n_threads=n_threads,
+            reorder=reorder,
         )
         self._hnsw = hnswlib.Index(space=_SPACES[self.metric], dim=self.dim)
         self._hnsw.init_index(
@@ -117,6 +135,7 @@ class HNSWIndex(BeamFilterHooks, Index):
         self._gate = _EfGate(self._hnsw)
         self._deleted = 0  # slots marked deleted and not yet taken over
         self._items: tuple | None = None  # (version, labels sorted, order, vectors): filters
+        self._laid_out = 0  # nodes at the last reorder
 
     def _add(self, x: np.ndarray, ids: np.ndarray) -> None:
         fresh = np.ones(ids.size, bool)
@@ -142,6 +161,31 @@ class HNSWIndex(BeamFilterHooks, Index):
             self._hnsw.resize_index(max(need, 2 * cap))
         self._hnsw.add_items(x, ids, num_threads=self._params["n_threads"], replace_deleted=True)
         self._deleted -= reuse
+        n = self._hnsw.element_count
+        if self._params["reorder"] and n >= max(REORDER_MIN, 2 * self._laid_out):
+            self._reorder()
+
+    def reorder(self) -> None:
+        """Renumber the nodes in breadth-first order of the bottom layer from the entry point,
+        so a search's neighbours sit near each other in memory (docs/benchmarks.md, "HNSW in
+        walk order"). Labels and answers stay. ``add`` does it by itself each time the index
+        has doubled (``reorder=True``). A write: searches wait; it holds a second copy of the
+        graph while it runs."""
+        with self._lock.write():
+            self._reorder()
+            self._version += 1
+
+    def _reorder(self) -> None:
+        meta, arrays = hnswlib_state(self._hnsw)
+        n, spe, m0 = meta["cur_element_count"], meta["size_data_per_element"], meta["max_M0"]
+        if n > 1:
+            rows = arrays["data_level0"].view(np.uint8).reshape(n, spe)
+            degree = np.ascontiguousarray(rows[:, :2]).view(np.uint16)[:, 0].astype(np.int32)
+            links = np.ascontiguousarray(rows[:, 4 : 4 + 4 * m0]).view(np.int32)
+            order = bfs_order(links, degree, int(meta["enterpoint_node"]))
+            h = hnswlib_permuted(self._hnsw, order)
+            self._hnsw, self._gate = h, _EfGate(h)
+        self._laid_out = n
 
     def _remove(self, ids: np.ndarray) -> None:
         for label in ids.tolist():
@@ -286,5 +330,6 @@ class HNSWIndex(BeamFilterHooks, Index):
                 raise ValueError("the hnswlib state does not match the index's metric or dim")
             self._hnsw = h
         self._gate = _EfGate(self._hnsw)
+        self._laid_out = self._hnsw.element_count
         # files written before slots were reused list their removed labels instead of a count
         self._deleted = int(meta.get("deleted", len(arrays.get("removed", ()))))

@@ -353,31 +353,3 @@ def recompute_link_scores(xb, links, degree):
             out[i, t] = dot(xb[i], xb[links[i, t]])
     return out
 
-
-@njit(cache=True)
-def bfs_order(links, degree, start):
-    """Positions in breadth-first order of the graph from ``start`` (then from each node not
-    reached yet, in position order): ``order[new] = old``. Neighbours laid out near each other
-    share cache lines and pages during a walk (Coleman et al., "Graph Reordering for
-    Cache-Efficient Near Neighbor Search", 2022: BFS and RCM about as good as Gorder)."""
-    n = links.shape[0]
-    order = np.empty(n, np.int32)
-    seen = np.zeros(n, np.bool_)
-    head = tail = 0
-    for s in range(-1, n):
-        root = start if s < 0 else s
-        if root < 0 or root >= n or seen[root]:
-            continue
-        seen[root] = True
-        order[tail] = root
-        tail += 1
-        while head < tail:
-            u = order[head]
-            head += 1
-            for j in range(degree[u]):
-                v = links[u, j]
-                if v >= 0 and not seen[v]:
-                    seen[v] = True
-                    order[tail] = v
-                    tail += 1
-    return order

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _simd
 from .._hnswlib import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
+from .._kernels import bfs_order
 from .._numba_util import available_cpus, kernel_width
 from ..errors import InvalidParameterError
 from ..filters import BeamFilterHooks
@@ -27,9 +28,11 @@ log = logging.getLogger(__name__)
 
 
 _CPUS = available_cpus()
-# below this the walk's arrays sit in the cache and the order made no difference (glove-50
-# 100k: 1.01-1.03x; 400k: 1.1-1.2x; docs/bench-graph.md, "Items in walk order")
-_REORDER_MIN = 1 << 14
+# smaller indexes keep insertion order: the walk's arrays sit in the cache and the order made no
+# difference (glove-50 100k: 1.01-1.06x; 400k: 1.1-1.2x; docs/bench-graph.md, "Items in walk
+# order")
+REORDER_MIN = 1 << 14
+
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
@@ -321,7 +324,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._live[n0 : n0 + m] = True
         self._agraph = hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
-        if p["reorder"] and self._n >= max(_REORDER_MIN, 2 * self._laid_out):
+        if p["reorder"] and self._n >= max(REORDER_MIN, 2 * self._laid_out):
             self._reorder()
         dt = time.perf_counter() - t0
         self.build_seconds += dt
@@ -387,7 +390,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
     def _reorder(self) -> None:
         n = self._n
         if n > 1:
-            self._permute(K.bfs_order(self._links[:n], self._degree[:n],
+            self._permute(bfs_order(self._links[:n], self._degree[:n],
                                       int(self._agraph["entry"])))
         self._laid_out = n
 
