@@ -19,6 +19,7 @@ from simsearch.eval import recall_at_k
 from simsearch.graph import IPNSWPlus
 from simsearch.graph import _kernels as K
 from simsearch.graph.ipnsw_plus import insert_items
+from steady import assert_steady_during
 
 # -- slow references ---------------------------------------------------------------------------
 
@@ -442,30 +443,10 @@ def test_walk_order_keeps_every_operation(longtail, monkeypatch, tmp_path, fast_
 
 def test_searches_during_reorder(longtail, monkeypatch):
     """reorder() is a write: searches overlapping it get the same answers, never a crash."""
-    import threading
-
     base, queries, _ = longtail
     plain, walk = twins(base, (3000,), monkeypatch)
-    want = plain.search(queries, 10, ef=32).ids
-    errs, stop = [], threading.Event()
-
-    def reader():
-        while not stop.is_set():
-            try:
-                np.testing.assert_array_equal(walk.search(queries, 10, ef=32).ids, want)
-            except Exception as e:  # noqa: BLE001 - reported below
-                errs.append(e)
-                return
-
-    threads = [threading.Thread(target=reader) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for _ in range(10):
-        walk.reorder()
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errs, errs[0]
+    assert_steady_during(lambda: walk.search(queries, 10, ef=32).ids,
+                         plain.search(queries, 10, ef=32).ids, walk.reorder, rounds=10)
 
 
 def test_bfs_order_is_a_permutation():

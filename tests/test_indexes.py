@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import simsearch as ss
 from simsearch.datasets import synthetic_longtail
 from simsearch.flat import topk_from_scores
+from steady import assert_steady_during
 
 
 @given(st.integers(1, 40), st.integers(1, 50), st.integers(0, 2**31 - 1))
@@ -240,26 +241,8 @@ def test_hnsw_walk_order_keeps_every_operation(monkeypatch, tmp_path):
     ids = np.array([gone[0], 3 + 5 * 950, 3 + 5 * 2999])
     np.testing.assert_array_equal(plain.get_vectors(ids), walk.get_vectors(ids))
     allow = np.arange(900, 3000, 4) * 5 + 3
-    errs, stop = [], threading.Event()
-    want = plain.search(q, 10, ef=48, allow=allow).ids
-
-    def reader():
-        while not stop.is_set():
-            try:
-                np.testing.assert_array_equal(walk.search(q, 10, ef=48, allow=allow).ids, want)
-            except Exception as e:  # noqa: BLE001 - reported below
-                errs.append(e)
-                return
-
-    threads = [threading.Thread(target=reader) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for _ in range(5):
-        walk.reorder()
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errs, errs[0]
+    assert_steady_during(lambda: walk.search(q, 10, ef=48, allow=allow).ids,
+                         plain.search(q, 10, ef=48, allow=allow).ids, walk.reorder, rounds=5)
     walk.save(tmp_path / "w.idx")
     back = ss.load(tmp_path / "w.idx")
     np.testing.assert_array_equal(back.search(q, 10, ef=48).ids, plain.search(q, 10, ef=48).ids)
