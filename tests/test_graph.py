@@ -479,3 +479,26 @@ def test_reorder_that_fails_half_way_leaves_the_index(longtail, monkeypatch):
         np.testing.assert_array_equal(got.ids, want.ids)
         assert got.stats == want.stats  # the same walk, not only the same answers
         walk.reorder()
+
+
+def test_add_whose_reorder_fails_still_records_its_items(longtail, monkeypatch, caplog):
+    """An add's automatic reorder runs after the items are in; if it fails (out of memory) the
+    add must still record them. Seen failing with the reorder's error passed on: the graph held
+    3,000 items, the index's ids none (len 0), and adding the ids again made duplicates."""
+    from simsearch.graph import ipnsw_plus
+
+    base, queries, _ = longtail
+    monkeypatch.setattr(ipnsw_plus, "REORDER_MIN", 1000)
+
+    def oom(*a, **kw):
+        raise MemoryError("test")
+
+    idx = IPNSWPlus(32, M=16, angular_M=8, ef_construction=64, n_threads=1, progress=False)
+    with monkeypatch.context() as m:
+        m.setattr(ipnsw_plus, "hnswlib_from_state", oom)
+        ids = idx.add(base[:3000])
+    assert len(idx) == 3000 and idx.contains(ids).all() and "reorder failed" in caplog.text
+    assert idx._laid_out == 0  # the old layout, whole
+    assert recall(idx, (base[:3000], queries, _oracle(base[:3000], queries)), ef=64) >= 0.9
+    idx.add(base[3000:6000])  # the next doubling reorders
+    assert idx._laid_out == 6000 and recall(idx, longtail, ef=64) >= 0.93

@@ -258,3 +258,20 @@ def test_hnswlib_permuted_refuses_a_non_permutation():
             hnswlib_permuted(idx._hnsw, np.array(bad))
     with pytest.raises(ss.errors.InvalidParameterError):
         ss.HNSWIndex(4, "l2", reorder=1)
+
+
+def test_hnsw_add_whose_reorder_fails_still_records_its_items(monkeypatch, caplog):
+    """As for ip-NSW+: a failed automatic reorder leaves the add whole and the old layout.
+    Seen failing with the error passed on (the items in hnswlib, not among the ids)."""
+    from simsearch import hnsw
+
+    monkeypatch.setattr(hnsw, "REORDER_MIN", 1000)
+    x, q = synthetic_longtail(n=2000, dim=16, n_queries=20, n_clusters=20, seed=6)
+    idx = ss.HNSWIndex(16, "l2", M=8, ef_construction=64, n_threads=1)
+    with monkeypatch.context() as m:
+        m.setattr(hnsw, "hnswlib_permuted", lambda *a: (_ for _ in ()).throw(MemoryError()))
+        idx.add(x)
+    assert len(idx) == 2000 and idx._laid_out == 0 and "reorder failed" in caplog.text
+    twin = ss.HNSWIndex(16, "l2", M=8, ef_construction=64, n_threads=1, reorder=False)
+    twin.add(x)
+    np.testing.assert_array_equal(idx.search(q, 10, ef=64).ids, twin.search(q, 10, ef=64).ids)

@@ -19,7 +19,15 @@ from ._kernels import bfs_order
 from ._numba_util import kernel_width
 from .errors import InvalidParameterError
 from .filters import BeamFilterHooks
-from .index import Index, SearchResult, check_int, check_threads, pad_score, register
+from .index import (
+    Index,
+    SearchResult,
+    check_int,
+    check_threads,
+    pad_score,
+    register,
+    relayout,
+)
 
 _SPACES = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 # smaller graphs keep insertion order: hnswlib prefetches each neighbour's row, so the order
@@ -163,7 +171,7 @@ class HNSWIndex(BeamFilterHooks, Index):
         self._deleted -= reuse
         n = self._hnsw.element_count
         if self._params["reorder"] and n >= max(REORDER_MIN, 2 * self._laid_out):
-            self._reorder()
+            relayout(self._reorder, n)
 
     def reorder(self) -> None:
         """Renumber the nodes in breadth-first order of the bottom layer from the entry point,

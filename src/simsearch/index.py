@@ -11,6 +11,7 @@ never half of it. Search parameters are passed per call and never stored.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ from .errors import (
 )
 from .fileformat import read_index_bytes, read_index_file, write_index_bytes, write_index_file
 from .filters import IdFilter, compact, in_sorted, parse_filter
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # results
@@ -142,6 +145,16 @@ def new_ids(ids: Any, n: int, next_id: int, contains: Callable[[np.ndarray], np.
             f"e.g. id {int(ids[present][0])} (remove it first)"
         )
     return ids
+
+
+def relayout(reorder: Callable[[], None], n: int) -> None:
+    """An add's automatic reorder, best effort: the items are in by then and must stay
+    recorded, and a reorder that fails (out of memory) leaves the old layout whole, so the
+    failure is logged and the add goes on."""
+    try:
+        reorder()
+    except (MemoryError, RuntimeError) as e:
+        log.warning("kept insertion order for %d items: the reorder failed (%s)", n, e)
 
 
 def check_held(ids: np.ndarray, contains: Callable[[np.ndarray], np.ndarray]) -> None:

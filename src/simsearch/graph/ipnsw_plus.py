@@ -20,7 +20,15 @@ from .._kernels import bfs_order
 from .._numba_util import available_cpus, kernel_width
 from ..errors import InvalidParameterError
 from ..filters import BeamFilterHooks
-from ..index import Index, SearchResult, check_int, check_restored, check_threads, register
+from ..index import (
+    Index,
+    SearchResult,
+    check_int,
+    check_restored,
+    check_threads,
+    register,
+    relayout,
+)
 from . import _kernels as K
 from ._quantized import MIN_TRAIN, QuantizedGraph, default_codebooks
 
@@ -325,7 +333,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
         self._agraph = hnswlib_graph(self._angular)
         self._pool = _VisitedPool()
         if p["reorder"] and self._n >= max(REORDER_MIN, 2 * self._laid_out):
-            self._reorder()
+            relayout(self._reorder, self._n)
         dt = time.perf_counter() - t0
         self.build_seconds += dt
         log.info("ip-NSW+ added %d items in %.2f s (%.0f ip distances per item), %.1f MB",
