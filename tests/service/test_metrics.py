@@ -47,3 +47,27 @@ def test_metrics_are_off_by_default(server_factory):
     server = server_factory()
     ready = json.loads((server.data_dir.parent / f"{server.data_dir.name}.ready").read_text())
     assert ready["metrics_port"] is None
+
+
+def test_observe_asks_for_one_name_not_the_list():
+    """Per RPC the metrics check the collection's name alone. Seen failing with the old check,
+    which listed and sorted every name on every RPC: O(collections) a call on a node with many,
+    and a scan of the whole etcd cache a call on a coordinator."""
+    from simsearch.service.metrics import ServiceMetrics
+
+    class Store:
+        def collectors(self):
+            return []
+
+        def names(self):
+            raise AssertionError("every name listed for one RPC")
+
+        def has(self, name):
+            return name == "a"
+
+    m = ServiceMetrics(Store())
+    m.observe("Search", "OK", "a", 0.001)
+    m.observe("Search", "OK", "no-such-name", 0.001)  # a typo, a fuzzer: counted without it
+    got = {s.labels["collection"]: s.value for s in m.requests.collect()[0].samples
+           if s.name.endswith("_total")}
+    assert got == {"a": 1.0, "": 1.0}

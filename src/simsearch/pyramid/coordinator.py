@@ -265,6 +265,9 @@ class Coordinator(Rebalancing):
     def names(self) -> list[str]:
         return sorted(self.state.collections())
 
+    def has(self, name: str) -> bool:
+        return self.state.get(f"collections/{name}")[0] is not None
+
     def get(self, name: str) -> ClusterCollection:
         with self._lock:
             col = self._collections.get(name)

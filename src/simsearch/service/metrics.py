@@ -69,7 +69,7 @@ class ServiceMetrics:
 
     def observe(self, rpc: str, code: str, collection: str, seconds: float) -> None:
         # unknown names (a client's typo, a fuzzer) would grow the label set without bound
-        if collection and collection not in self._store.names():
+        if collection and not self._store.has(collection):
             collection = ""
         self.requests.labels(rpc, code, collection).inc()
         self.latency.labels(rpc).observe(seconds)

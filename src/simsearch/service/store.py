@@ -107,6 +107,9 @@ class Store:
     def names(self) -> list[str]:
         return sorted(self._collections)
 
+    def has(self, name: str) -> bool:
+        return name in self._collections
+
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
                schema: dict | None = None, part_replica: bool = False,
                incarnation: str = "") -> Collection:
