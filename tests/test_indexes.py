@@ -275,3 +275,18 @@ def test_hnsw_add_whose_reorder_fails_still_records_its_items(monkeypatch, caplo
     twin = ss.HNSWIndex(16, "l2", M=8, ef_construction=64, n_threads=1, reorder=False)
     twin.add(x)
     np.testing.assert_array_equal(idx.search(q, 10, ef=64).ids, twin.search(q, 10, ef=64).ids)
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ipnsw-plus"])
+def test_graph_search_finds_the_few_live_among_many_removed(kind):
+    """A beam is capped at the graph's size, and removed nodes are still in the graph: capped
+    at the live count (5 here) the beam filled with removed nodes and ip-NSW+ answered nothing,
+    whatever ef was asked (seen failing: -1 for every rank, ef 400 too)."""
+    x = np.random.default_rng(3).standard_normal((300, 8)).astype(np.float32)
+    idx = ss.create_index(kind, 8, "ip", **({"progress": False} if kind != "hnsw" else {}))
+    idx.remove(idx.add(x))
+    new = np.arange(1000, 1005)
+    idx.add(x[:5] * 2, new)
+    for ef in (None, 400):
+        r = idx.search(x[:3], 2, **({} if ef is None else {"ef": ef}))
+        assert np.isin(r.ids, new).all(), r.ids

@@ -204,7 +204,8 @@ class HNSWIndex(BeamFilterHooks, Index):
         self, q: np.ndarray, k: int, ef: int | None = None, n_threads: int = 1
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
-        ef = min(ef, max(len(self), k))  # a beam wider than the graph finds nothing more
+        # a beam wider than the graph finds nothing more (removed nodes are in the graph)
+        ef = min(ef, max(self._hnsw.element_count, k))
         n_threads = kernel_width(check_threads(n_threads))  # capped by the process's width
         kk = min(k, len(self))
         self._gate.enter(ef)

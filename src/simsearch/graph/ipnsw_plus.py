@@ -481,7 +481,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
     ) -> SearchResult:
         ef = max(k, 64) if ef is None else max(check_int("ef", ef, 1, 1 << 20), k)
         rerank = ef if rerank is None else check_int("rerank", rerank, 0, 1 << 20)
-        ef = min(ef, max(len(self), k))  # a beam wider than the graph finds nothing more
+        # a beam wider than the graph finds nothing more (removed nodes are in the graph)
+        ef = min(ef, max(self._n, k))
         angular_ef = check_int("angular_ef", angular_ef, 1, 1 << 16)
         threads = min(_resolve_threads(check_threads(n_threads)), q.shape[0])
         # links first: _grow publishes them last, so the vectors read next are as new
