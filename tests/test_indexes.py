@@ -269,7 +269,7 @@ def test_hnsw_add_whose_reorder_fails_still_records_its_items(monkeypatch, caplo
     x, q = synthetic_longtail(n=2000, dim=16, n_queries=20, n_clusters=20, seed=6)
     idx = ss.HNSWIndex(16, "l2", M=8, ef_construction=64, n_threads=1)
     with monkeypatch.context() as m:
-        m.setattr(hnsw, "hnswlib_permuted", lambda *a: (_ for _ in ()).throw(MemoryError()))
+        m.setattr(hnsw, "hnswlib_in_walk_order", lambda *a: (_ for _ in ()).throw(MemoryError()))
         idx.add(x)
     assert len(idx) == 2000 and idx._laid_out == 0 and "reorder failed" in caplog.text
     twin = ss.HNSWIndex(16, "l2", M=8, ef_construction=64, n_threads=1, reorder=False)

@@ -17,6 +17,8 @@ from typing import Any
 import hnswlib
 import numpy as np
 
+from ._kernels import bfs_order
+
 SPACES = ("l2", "ip", "cosine")
 _MAX_DIM = 1 << 16
 _MAX_M = 1 << 12
@@ -43,12 +45,25 @@ def hnswlib_from_state(meta: dict, arrays: dict[str, np.ndarray],
     return h
 
 
+def hnswlib_in_walk_order(h: hnswlib.Index) -> hnswlib.Index:
+    """A copy of ``h`` with its nodes renumbered in breadth-first order of the bottom layer
+    from the entry point (docs/benchmarks.md, "HNSW in walk order")."""
+    meta, arrays = hnswlib_state(h)
+    n, spe, m0 = meta["cur_element_count"], meta["size_data_per_element"], meta["max_M0"]
+    rows = arrays["data_level0"].view(np.uint8).reshape(n, spe)
+    degree = np.ascontiguousarray(rows[:, :2]).view(np.uint16)[:, 0].astype(np.int32)
+    links = np.ascontiguousarray(rows[:, 4 : 4 + 4 * m0]).view(np.int32)
+    return _permuted(meta, arrays, bfs_order(links, degree, int(meta["enterpoint_node"])))
+
+
 def hnswlib_permuted(h: hnswlib.Index, order: np.ndarray) -> hnswlib.Index:
     """A copy of ``h`` whose element at internal id ``order[i]`` is at internal id i: rows,
     link lists, levels, the entry point and the label lookup moved and every link renumbered.
-    Labels, and so every answer, stay; only the memory layout changes (docs/benchmarks.md,
-    "HNSW in walk order")."""
-    meta, arrays = hnswlib_state(h)
+    Labels, and so every answer, stay; only the memory layout changes."""
+    return _permuted(*hnswlib_state(h), order)
+
+
+def _permuted(meta: dict, arrays: dict[str, np.ndarray], order: np.ndarray) -> hnswlib.Index:
     n, spe = meta["cur_element_count"], meta["size_data_per_element"]
     o0, m0, m, spl = (meta["offset_level0"], meta["max_M0"], meta["max_M"],
                       meta["size_links_per_element"])

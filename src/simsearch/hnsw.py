@@ -12,10 +12,9 @@ from ._hnswlib import (
     hnswlib_from_saved,
     hnswlib_from_state,
     hnswlib_graph,
-    hnswlib_permuted,
+    hnswlib_in_walk_order,
     hnswlib_state,
 )
-from ._kernels import bfs_order
 from ._numba_util import kernel_width
 from .errors import InvalidParameterError
 from .filters import BeamFilterHooks
@@ -184,14 +183,9 @@ class HNSWIndex(BeamFilterHooks, Index):
             self._version += 1
 
     def _reorder(self) -> None:
-        meta, arrays = hnswlib_state(self._hnsw)
-        n, spe, m0 = meta["cur_element_count"], meta["size_data_per_element"], meta["max_M0"]
+        n = self._hnsw.element_count
         if n > 1:
-            rows = arrays["data_level0"].view(np.uint8).reshape(n, spe)
-            degree = np.ascontiguousarray(rows[:, :2]).view(np.uint16)[:, 0].astype(np.int32)
-            links = np.ascontiguousarray(rows[:, 4 : 4 + 4 * m0]).view(np.int32)
-            order = bfs_order(links, degree, int(meta["enterpoint_node"]))
-            h = hnswlib_permuted(self._hnsw, order)
+            h = hnswlib_in_walk_order(self._hnsw)
             self._hnsw, self._gate = h, _EfGate(h)
         self._laid_out = n
 

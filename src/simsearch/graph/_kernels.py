@@ -352,4 +352,3 @@ def recompute_link_scores(xb, links, degree):
         for t in range(degree[i]):
             out[i, t] = dot(xb[i], xb[links[i, t]])
     return out
-
