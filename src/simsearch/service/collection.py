@@ -42,6 +42,7 @@ from ..errors import (
     NotTrainedError,
     RepeatedIdError,
     RetrainNonEmptyError,
+    SimsearchError,
     UnknownIdError,
     UnsupportedOperationError,
 )
@@ -253,6 +254,10 @@ class Collection:
         except CorruptIndexError as exc:
             self._mark_damaged(f"collection {self.name!r} failed a checksum on recovery", exc)
             return
+        except MemoryError as exc:  # the files are as they were: not damage
+            self._mark_damaged(f"collection {self.name!r} could not be loaded: out of memory", exc,
+                               "its files are intact: restart the node with more memory free")
+            return
         except Exception as exc:  # a record that no longer applies: the log is inconsistent
             self._mark_damaged(f"collection {self.name!r} could not replay its log", exc)
             return
@@ -291,14 +296,15 @@ class Collection:
     def _keep_state(self, state: Any) -> None:
         """Keep what recovery rebuilt beside the index."""
 
-    def _mark_damaged(self, why: str, exc: BaseException) -> None:
+    def _mark_damaged(self, why: str, exc: BaseException,
+                      advice: str = "restore it from a backup") -> None:
         log.error("%s: %s", why, exc)
-        self.index, self.damaged = None, why
+        self.index, self.damaged = None, f"{why}; {advice}"
 
     def _index(self) -> Index:
         if self.damaged or self.index is None:
-            why = self.damaged or "collection is unavailable"
-            raise DataLossError(f"{why}; restore it from a backup")
+            raise DataLossError(self.damaged or
+                                "collection is unavailable; restore it from a backup")
         return self.index
 
     # -- reads ------------------------------------------------------------------------------
@@ -403,7 +409,9 @@ class Collection:
         """Log a checked write, then apply it (``apply()``, under the exclusive lock): searches
         never see a write that is not in the log. A failed append changes nothing (a full disk
         is ResourceExhaustedError, other I/O errors ServiceUnavailableError); an apply that
-        fails takes its record out of the log again."""
+        fails takes its record out of the log again and reloads the index from disk, where the
+        write is not: a failure half-way (out of memory) must not leave part of a refused write
+        searchable, to be saved by the next snapshot and duplicated by the caller's retry."""
         mark = self._wal.size()
         try:
             self._wal.append(op, meta, blobs, sync)
@@ -412,17 +420,28 @@ class Collection:
         try:
             with self._rw.write():
                 result = apply()
-        except BaseException:
+        except BaseException as exc:
             try:
                 self._wal.cut_to(mark)
-            except OSError:  # the record stays: the log and the index must agree again
-                log.exception("collection %s: could not take a failed write out of its log; "
-                              "reloading", self.name)
-                with self._rw.write():
-                    self.recover()
+            except OSError:  # the record stays, and the reload below applies all of it
+                log.exception("collection %s: could not take a failed write out of its log",
+                              self.name)
+            self._reload_after(exc)
             raise
         self._maybe_snapshot()
         return result
+
+    def _reload_after(self, exc: BaseException) -> None:
+        """Rebuild the index from its snapshot and log after a write failed while applying;
+        out of memory is then ResourceExhaustedError (the caller may retry), not INTERNAL."""
+        log.error("collection %s: a write failed while being applied (%s: %s); reloading "
+                  "the index from disk", self.name, type(exc).__name__, exc)
+        with self._rw.write():
+            self.recover()
+        if isinstance(exc, MemoryError):
+            raise ResourceExhaustedError(
+                f"collection {self.name!r}: the server ran out of memory applying the write; "
+                "nothing of it was kept") from None
 
     def _maybe_snapshot(self) -> None:
         """Snapshot once the log outgrows its bounds. The write before it is durable already:
@@ -504,8 +523,14 @@ class Collection:
         ``encoder_file`` and fit parameters)."""
         with self._write(deadline) as index:
             if not type(index).train_logged:  # slow and not replayable: snapshot it now
-                with self._rw.write():
-                    index.train(x, **options)
+                try:
+                    with self._rw.write():
+                        index.train(x, **options)
+                except SimsearchError:
+                    raise  # refused before the index changed (Index.train checks first)
+                except BaseException as exc:
+                    self._reload_after(exc)
+                    raise
                 try:
                     self._snapshot_locked()
                 except OSError as exc:  # not durable: undo it, as if it had not happened
