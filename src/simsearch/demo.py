@@ -107,6 +107,24 @@ def scann_tree(reorder: int) -> Callable:
     return build
 
 
+def auto_candidate(name: str, d: int) -> Callable:
+    """build(x) -> search(q, knob value) -> ids for one of auto_index's candidates, built as
+    auto builds it (simsearch.auto.CANDIDATES) and searched with its fixed parameters."""
+    from .auto import CANDIDATES
+
+    c = CANDIDATES[name]
+
+    def build(x):
+        idx = c.make(d, "ip", x)
+        idx.add(x)
+
+        def search(q, v):
+            return idx.search(q, K, **c.fixed, **{c.knob: v}).ids
+        search.memory = idx.memory_bytes
+        return search
+    return build
+
+
 def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
     """(name, build() -> search(q, knob) -> ids, knob name, knob values)."""
     from .flat import FlatIndex
@@ -136,6 +154,9 @@ def _methods(d: int, n: int) -> list[tuple[str, Callable, str, list]]:
         ("NR-LSH", simple(lambda: NormRangingLSH(d, "ip", n_bits=16, n_ranges=32),
                           "n_probe_items"), "n_probe_items", [max(K, int(f * n)) for f in fr]),
         ("NEQ (PQ, rerank)", simple(neq, "rerank"), "rerank", [10, 20, 50, 100, 200, 500]),
+        # the paper's NEQ above scans every item; this is simsearch's fast path for it
+        ("NEQ 4-bit fast-scan (lists, rerank 100)", auto_candidate("neq-fast-scan", d),
+         "n_probe", [p for p in (1, 2, 4, 8, 16, 32, 64, 128, 256) if p <= max(1, n ** 0.5)]),
         # on raw-inner-product GloVe the AH scores need a deep exact re-order: at 100 candidates
         # ScaNN levels off at recall 0.79 however many leaves it searches, at 500 it passes 0.9
         ("ScaNN (tree, AH, reorder)", scann_tree(1000), "(leaves share, reorder)",
