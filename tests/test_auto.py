@@ -141,6 +141,36 @@ def test_the_compiled_candidates(longtail):
         assert rec >= 0.9, (name, rec, idx.report)
 
 
+def test_the_fastest_variant_of_a_fixed_parameter_is_kept(longtail, monkeypatch):
+    """NEQ's re-rank depth is tried at 20, 50, 100 and 200 on all the items, each with n_probe
+    tuned to the target, and the fastest of those reaching it is kept (its recall held out).
+    Defect: the re-rank stayed at 100 whatever the data: on fi-300 auto ran at 0.88x NEQ's best
+    setting at equal recall, which re-ranked 50 (seen failing: no variant was ever timed)."""
+    import simsearch.auto as auto
+
+    timed = []
+    real = auto._alternated_seconds
+
+    def slowest_first(built, q, k):  # make the last one tried the fastest, whatever it is
+        timed.append([dict(params) for _, params in built])
+        return [float(len(built) - i) for i in range(len(built))]
+
+    monkeypatch.setattr(auto, "_alternated_seconds", slowest_first)
+    base, queries = longtail
+    idx = ss.auto_index(base, "ip", target_recall=0.9, queries=queries[:50], progress=False,
+                        candidates=("neq-fast-scan",), sample_size=4000)
+    monkeypatch.setattr(auto, "_alternated_seconds", real)
+    assert len(timed) == 1 and len(timed[0]) >= 2, (timed, idx.report)
+    assert {p["rerank"] for p in timed[0]} <= {20, 50, 100, 200}
+    assert idx.tuned_params == timed[0][-1], (idx.tuned_params, timed)
+    assert f"with rerank={timed[0][-1]['rerank']}" in idx.report
+    flat = ss.FlatIndex(24, "ip")
+    flat.add(base)
+    got, truth = idx.search(queries[50:], 10).ids, flat.search(queries[50:], 10).ids
+    rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth, strict=True)])
+    assert rec >= 0.9 - 0.005, (rec, idx.report)
+
+
 @pytest.fixture(scope="module")
 def longtail_200k():
     return synthetic_longtail(n=200_000, dim=64, n_queries=400, n_clusters=1000, seed=3)
