@@ -12,7 +12,8 @@ the method grows (a scan with the item count, inverted lists with its square roo
 logarithm). A sample's estimate can mislead, so every candidate estimated within 4x of the
 cheapest (up to three), and the best of each kind of method (a scan, inverted lists, a graph)
 within 16x, is built on all the data, its knob tuned again there against the exact answers of the
-held-out queries, and timed; the measured cost decides. Candidates: flat,
+held-out queries (NEQ's also at each of four re-rank depths, the fastest kept), and timed; the
+measured cost decides. Candidates: flat,
 norm-scan, norm-ivf, HNSW, ip-NSW+, NR-LSH, NEQ (docs/benchmarks.md, "auto_index against the
 hand-tuned peers").
 """
