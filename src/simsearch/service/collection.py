@@ -417,23 +417,24 @@ class Collection:
             self._wal.append(op, meta, blobs, sync)
         except OSError as exc:
             raise _disk_error(exc, self.name, "the write was not made") from None
-        try:
-            with self._rw.write():
-                result = apply()
-        except BaseException as exc:
+        with self._rw.write():
             try:
-                self._wal.cut_to(mark)
-            except OSError:  # the record stays, and the reload below applies all of it
-                log.exception("collection %s: could not take a failed write out of its log",
-                              self.name)
-            self._reload_after(exc)
-            raise
+                result = apply()
+            except BaseException as exc:  # still exclusive: no search meets the half-applied
+                try:
+                    self._wal.cut_to(mark)
+                except OSError:  # the record stays, and the reload below applies all of it
+                    log.exception("collection %s: could not take a failed write out of its "
+                                  "log", self.name)
+                self._reload_after(exc)
+                raise
         self._maybe_snapshot()
         return result
 
     def _reload_after(self, exc: BaseException) -> None:
-        """Rebuild the index from its snapshot and log after a write failed while applying;
-        out of memory is then ResourceExhaustedError (the caller may retry), not INTERNAL."""
+        """Rebuild the index from its snapshot and log after a write failed while applying
+        (the caller may hold the exclusive lock: it is re-entrant); out of memory is then
+        ResourceExhaustedError (the caller may retry), not INTERNAL."""
         log.error("collection %s: a write failed while being applied (%s: %s); reloading "
                   "the index from disk", self.name, type(exc).__name__, exc)
         with self._rw.write():
