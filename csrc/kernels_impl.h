@@ -523,17 +523,29 @@ void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi) {
       dots(qv, a.xb + lo * a.d, m, a.d, sc);
       if (l2)  // the oracle's formula (simsearch._exact), negated: higher is better
         for (int64_t j = 0; j < m; ++j) sc[j] = -std::max(qn - 2.f * sc[j] + a.xsq[lo + j], 0.f);
-      for (int64_t j = 0; j < m; ++j) {
-        const Entry e{sc[j], a.ids[lo + j]};
-        if (static_cast<int64_t>(heap.size()) < a.k) {
-          heap.push_back(e);
-          std::push_heap(heap.begin(), heap.end(), better);
-        } else if (e.first >= heap.front().first && better(e, heap.front())) {
+      int64_t j = 0;
+      for (; j < m && static_cast<int64_t>(heap.size()) < a.k; ++j) {
+        heap.push_back({sc[j], a.ids[lo + j]});
+        std::push_heap(heap.begin(), heap.end(), better);
+      }
+      auto offer = [&](int64_t r) {
+        const Entry e{sc[r], a.ids[lo + r]};
+        if (e.first >= heap.front().first && better(e, heap.front())) {
           std::pop_heap(heap.begin(), heap.end(), better);
           heap.back() = e;
           std::push_heap(heap.begin(), heap.end(), better);
         }
+      };
+#if defined(SS_AVX512)
+      // once the heap is full few rows reach its worst score: sixteen compared at once, and
+      // only those at or above it offered (a row at a time cost about half of the scan)
+      for (; j + 16 <= m; j += 16) {
+        uint32_t hit = _mm512_cmp_ps_mask(_mm512_loadu_ps(sc + j),
+                                          _mm512_set1_ps(heap.front().first), _CMP_GE_OQ);
+        for (; hit; hit &= hit - 1) offer(j + __builtin_ctz(hit));
       }
+#endif
+      for (; j < m; ++j) offer(j);
     }
     std::sort_heap(heap.begin(), heap.end(), better);
     for (int64_t t = 0; t < a.k; ++t) {

@@ -33,7 +33,13 @@ class FlatIndex(Index):
         self._x = np.empty((0, dim), np.float32)
         self._ids = np.empty(0, np.int64)
         self._sq = np.empty(0, np.float32)
-        self._n = 0
+        self._publish(0)
+
+    def _publish(self, n: int) -> None:
+        """Make the first n rows the searched ones, as one tuple of views: a concurrent search
+        reads old or new rows, never a mix, and a search slices nothing."""
+        self._n = n
+        self._live = (self._x[:n], self._ids[:n], self._sq[:n])
 
     def _prep(self, x: np.ndarray) -> np.ndarray:
         return normalize_rows(x) if self.metric == "cosine" else x
@@ -54,13 +60,13 @@ class FlatIndex(Index):
         self._x[n : n + m] = x
         self._ids[n : n + m] = ids
         self._sq[n : n + m] = (x * x).sum(1)
-        self._n = n + m  # publish last: concurrent searches see old or new rows, never partial
+        self._publish(n + m)  # last: concurrent searches see old or new rows, never partial
 
     def _remove(self, ids: np.ndarray) -> None:
         n = self._n
         keep = ~np.isin(self._ids[:n], ids)
         self._x, self._ids, self._sq = self._x[:n][keep], self._ids[:n][keep], self._sq[:n][keep]
-        self._n = int(keep.sum())
+        self._publish(int(keep.sum()))
 
     def vectors(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64 (n,), stored vectors float32 (n, dim)); unit rows under "cosine"."""
@@ -68,8 +74,7 @@ class FlatIndex(Index):
         return self._ids[:n].copy(), self._x[:n].copy()
 
     def _search(self, q: np.ndarray, k: int, **params: Any) -> SearchResult:
-        n = self._n
-        x, ids, sq = self._x[:n], self._ids[:n], self._sq[:n]
+        x, ids, sq = self._live
         return SearchResult(*exact_topk(self._prep(q), x, ids, k, self.metric, sq))
 
     def _exact_under(self, params: dict) -> bool:
@@ -88,4 +93,4 @@ class FlatIndex(Index):
         self._ids = np.array(arrays["ids"], dtype=np.int64)
         check_restored(self._idset.sorted, self._ids, self._x, self.dim)
         self._sq = (self._x * self._x).sum(1)
-        self._n = self._x.shape[0]
+        self._publish(self._x.shape[0])
