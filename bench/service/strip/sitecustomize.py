@@ -9,9 +9,11 @@
 code (what is left is gRPC and the protobuf messages); ``lean``: the node's Search does only
 what a correct unfiltered flat search cannot skip (decode, the collection's and the index's
 read locks, the finiteness check, the compiled scan, encode), reaching past the layers'
-interfaces as no product code may: the floor for a search written in Python. The server
-inherits PYTHONPATH, so the patch applies in the node; in the calling process it changes
-nothing that is called.
+interfaces as no product code may: the floor for a search written in Python; ``wrapper``:
+the servicer's ``_rpc`` wrapper (in-flight count, deadline, metrics) left out; ``checks``: the
+collection calls the index's ``_search`` under both read locks, without ``Index.search``'s
+checks; ``wrapper+checks``: both. The server inherits PYTHONPATH, so the patch applies in the
+node; in the calling process it changes nothing that is called.
 """
 
 import os
@@ -64,5 +66,29 @@ elif _what == "lean":
                                  scores=got_scores.tobytes())
 
     SimSearchServicer.Search = _lean_search
+elif _what in ("wrapper", "checks", "wrapper+checks"):
+    if "wrapper" in _what:
+        from simsearch.service.servicer import SimSearchServicer
+
+        _body = SimSearchServicer.Search.__wrapped__
+        SimSearchServicer.Search = lambda self, request, context: _body(self, request, context,
+                                                                          None)
+    if "checks" in _what:
+        from simsearch.service.collection import Collection
+
+        def _unchecked_search(self, q, k, **unused):
+            self._rw.acquire_read(None)
+            try:
+                index = self._index()
+                index._lock.acquire_read()
+                try:
+                    return index._search(q, k)
+                finally:
+                    index._lock.release_read()
+            finally:
+                self._rw.release_read()
+
+        Collection.search = _unchecked_search
 elif _what:
-    raise SystemExit(f"SIMSEARCH_STRIP must be scan, handler or lean; got {_what!r}")
+    raise SystemExit("SIMSEARCH_STRIP must be scan, handler, lean, wrapper, checks or "
+                     f"wrapper+checks; got {_what!r}")

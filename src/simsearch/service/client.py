@@ -294,10 +294,11 @@ class Client(ClientRequests):
                 _raise_from(err)
 
     def _timeout(self, deadline: float | None = None) -> float:
-        ends = [d for d in (deadline, _CALL_DEADLINE.get()) if d is not None]
-        if not ends:
+        scoped = _CALL_DEADLINE.get()
+        if deadline is None and scoped is None:
             return self.timeout
-        return max(0.001, min(self.timeout, min(ends) - time.monotonic()))
+        end = min(d for d in (deadline, scoped) if d is not None)
+        return max(0.001, min(self.timeout, end - time.monotonic()))
 
     def _run(self, plan, deadline: float | None = None):
         if deadline is None:
@@ -364,8 +365,8 @@ class Client(ClientRequests):
         coordinator runs it on its own thread pool (grpc's future API starts a thread per call
         on an idle channel, which cost more than the pool's hand-off). ``allow`` / ``deny``:
         validated lists (simsearch.filters), ``where``: an attribute filter."""
-        req = self._pb.SearchRequest(collection=name, queries=self._convert.to_matrix(q), k=k,
-                                     params_json=params_json)
+        req = self._pb.SearchRequest(collection=name, k=k, params_json=params_json)
+        self._convert.put_matrix(req.queries, q)
         if allow is not None:
             req.allow.CopyFrom(self._convert.to_id_list(allow))
         if deny is not None:

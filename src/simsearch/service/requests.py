@@ -153,7 +153,7 @@ class CollectionRequests:
         if self.items == "strings":
             getattr(req, texts_field).extend(part.tolist())
         else:
-            getattr(req, matrix_field).CopyFrom(self._client._convert.to_matrix(part))
+            self._client._convert.put_matrix(getattr(req, matrix_field), part)
 
     def _rows_per_call(self, bytes_per_row: int):
         budget = (yield from self._client._max_bytes_plan()) - _REQUEST_OVERHEAD
@@ -209,9 +209,10 @@ class CollectionRequests:
                 and c._max_message_bytes is not None
                 and len(q) * max(q.shape[1] * 4, k * c._convert.RESULT_BYTES)
                 <= c._max_message_bytes - _REQUEST_OVERHEAD):
-            return c._pb.SearchRequest(collection=self.name, k=k,
-                                       queries=c._convert.to_matrix(q),
-                                       params_json=c._convert.dump_params(params))
+            req = c._pb.SearchRequest(collection=self.name, k=k,
+                                      params_json=c._convert.dump_params(params))
+            c._convert.put_matrix(req.queries, q)
+            return req
         return None
 
     def _search_plan(self, q: Any, k: int, allow: Any, deny: Any, where: dict | None,

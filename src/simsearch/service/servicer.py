@@ -263,7 +263,7 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         out = pb.GetResponse(ids=np.ascontiguousarray(got["ids"], "<i8").tobytes(),
                              attributes_json=convert.dump_params(got["attributes"]))
         if got["vectors"] is not None:
-            out.vectors.CopyFrom(convert.to_matrix(got["vectors"]))
+            convert.put_matrix(out.vectors, got["vectors"])
         return out
 
     def _send_chunks(self, name: str, meta: dict, data: bytes):
