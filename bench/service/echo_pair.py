@@ -1,6 +1,7 @@
 """A batch-1 search's latency over loopback against a bare gRPC echo, interleaved call by call.
 
     python bench/service/echo_pair.py [--n 1000] [--blocks 40] [--rounds 1] [--pin] [--no-halt]
+        [--no-retry-callers]
 
 Starts a node (``python -m simsearch.service.server --threads 1``) with a flat collection of
 ``--n`` x 64 and the echo (bench/service/echo_server.py, answering with a search's bytes), then
@@ -13,8 +14,10 @@ times swing with the machine's other tenants, the CPU times much less. ``--round
 the pair afresh R times (the ratio moves by up to 0.15 between rounds with the processes'
 placement) and reports the median round. ``--pin`` runs both servers on the last CPU and the
 caller on the first (the rounds then usually agree to 0.02). ``--no-halt`` keeps the CPUs out of
-idle while timing (root): the echo then times the calls' own work, not mostly wake-ups. Against
-another checkout's code: bench/ab/sitecustomize.py.
+idle while timing (root): the echo then times the calls' own work, not mostly wake-ups.
+``--no-retry-callers`` adds the echo and the client on channels without gRPC's retry filter
+(``grpc.enable_retries`` 0; the client then sends each call once). Against another checkout's
+code: bench/ab/sitecustomize.py.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ def one_round(a: argparse.Namespace, seed: int) -> dict[str, dict[str, float]]:
             answer = a.k * convert.RESULT_BYTES + 16
             echo_req = answer.to_bytes(4, "little") + bytes(64 * 4)
             pb, stub = client._pb, client._stub
+            if a.no_retry_callers:  # gRPC's retry filter left out of the channel
+                off = [("grpc.enable_retries", 0)]
+                echo_off = grpc.insecure_channel(f"127.0.0.1:{echo_port}", options=off)
+                client_off = connect(f"127.0.0.1:{port}", timeout=60, retries=False)
 
             def raw(i):
                 return stub.Search(pb.SearchRequest(collection="c", k=a.k,
@@ -76,7 +83,12 @@ def one_round(a: argparse.Namespace, seed: int) -> dict[str, dict[str, float]]:
                 "node, generated stub": raw,
                 "node, RemoteCollection.search": lambda i: col.search(qs[i : i + 1], a.k),
             }
-            server_of = {"bare echo": echo.pid}
+            if a.no_retry_callers:
+                echo_off_call = echo_off.unary_unary("/echo.Echo/Call")
+                col_off = client_off.collection("c")
+                callers["echo, no retries"] = lambda i: echo_off_call(echo_req, timeout=60)
+                callers["client, no retries"] = lambda i: col_off.search(qs[i : i + 1], a.k)
+            server_of = {"bare echo": echo.pid, "echo, no retries": echo.pid}
             took: dict[str, list[float]] = {name: [] for name in callers}
             cpu = {name: [0.0, 0.0] for name in callers}  # server, client seconds
             for fn in callers.values():  # warm up channels and caches
@@ -97,6 +109,9 @@ def one_round(a: argparse.Namespace, seed: int) -> dict[str, dict[str, float]]:
                     cpu[name][1] += time.thread_time() - c0
             channel.close()
             client.close()
+            if a.no_retry_callers:
+                echo_off.close()
+                client_off.close()
         finally:
             for proc in (node, echo):
                 proc.terminate()
@@ -153,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="fresh node and echo each round; the summary is the median round")
     p.add_argument("--pin", action="store_true",
                    help="the node and the echo on the last CPU, the caller on the first")
+    p.add_argument("--no-retry-callers", action="store_true",
+                   help="also the echo and the client on channels without gRPC's retry filter")
     p.add_argument("--no-halt", action="store_true",
                    help="keep the CPUs out of idle (/dev/cpu_dma_latency 0) while timing")
     a = p.parse_args(argv)
