@@ -180,8 +180,9 @@ def test_rerank_equals_numba(isa):
 @pytest.mark.parametrize("d", [1, 13, 64, 70])
 def test_flat_topk_equals_the_score_matrix(isa, d):
     """The small-batch exact scan against the BLAS score matrix + numba top-k it replaces (seen
-    failing with the four-row reduction's lanes swapped, and with ties going to the first row
-    scanned instead of the smaller id)."""
+    failing with the four-row reduction's lanes swapped, with ties going to the first row
+    scanned instead of the smaller id, and with the sixteen-row skip comparing > instead of >=,
+    which kept the first k copies of a tied row met rather than the smallest ids)."""
     from simsearch import _simd
     from simsearch._exact import exact_scores, topk_from_scores
 
@@ -197,9 +198,9 @@ def test_flat_topk_equals_the_score_matrix(isa, d):
             with simd.use_isa(isa):
                 got = _simd.flat_topk(q, x, ids, xsq, k)
             assert_knn_equal(*got, *ref, rtol=1e-4, atol=1e-4)
-            if metric == "l2":  # the query equal to row 7: its 21 copies first, by id
-                tied = got[0][3, : min(k, 21)]
-                assert list(tied) == sorted(tied)
+            if metric == "l2":  # the query equal to row 7: the smallest ids of its 21 copies
+                copies = np.sort(np.concatenate([ids[7:8], ids[500:520]]))
+                assert list(got[0][3, : min(k, 21)]) == list(copies[: min(k, 21)])
 
 
 def test_flat_topk_refuses_bad_shapes():
