@@ -54,11 +54,11 @@ def one_round(a: argparse.Namespace, seed: int) -> dict[str, dict[str, float]]:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((a.n, 64)).astype(np.float32)
     qs = rng.standard_normal((200, 64)).astype(np.float32)
-    with tempfile.TemporaryDirectory() as tmp, pinned(a.pin):
+    with tempfile.TemporaryDirectory() as tmp, pinned(a.pin) as caller_cpu:
         node, port = start_server(Path(tmp) / "data", workers=8)
         echo, echo_port = start_echo(Path(tmp), 8)
-        if a.pin:
-            os.sched_setaffinity(0, {min(_all_cpus())})
+        if caller_cpu is not None:
+            os.sched_setaffinity(0, {caller_cpu})
         try:
             client = connect(f"127.0.0.1:{port}", timeout=60)
             col = client.create_collection("c", 64, "ip", "flat")
@@ -121,25 +121,21 @@ def one_round(a: argparse.Namespace, seed: int) -> dict[str, dict[str, float]]:
                    "client_cpu": cpu[name][1] / len(v) * 1e6} for name, v in took.items()}
 
 
-def _all_cpus() -> set[int]:
-    return set(range(os.cpu_count() or 1))
-
-
 @contextlib.contextmanager
 def pinned(on: bool):
-    """With ``on``, the servers started inside run on the last CPU (they inherit it) and the
-    caller, once they have started, on the first: the calls' ends stop sharing a core's caches
-    by chance, and the rounds usually agree to 0.02 (unpinned, up to 0.2)."""
+    """With ``on``, the servers started inside run on the last CPU (they inherit it); yields the
+    first, for the caller once they have started (else None): the calls' ends stop sharing a
+    core's caches by chance, and the rounds usually agree to 0.02 (unpinned, up to 0.2)."""
     if not on:
-        yield
+        yield None
         return
-    cpus = _all_cpus()
+    before = os.sched_getaffinity(0)
+    cpus = sorted(before)
     if len(cpus) < 2:
         raise SystemExit("--pin needs at least 2 CPUs")
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {max(cpus)})
+    os.sched_setaffinity(0, {cpus[-1]})
     try:
-        yield
+        yield cpus[0]
     finally:
         os.sched_setaffinity(0, before)
 
