@@ -1,7 +1,7 @@
 """A batch-1 search's latency over loopback against a bare gRPC echo, interleaved call by call.
 
     python bench/service/echo_pair.py [--n 1000] [--blocks 40] [--rounds 1] [--pin] [--no-halt]
-        [--no-retry-callers]
+        [--no-retry-callers] [--batch none|node|both]
 
 Starts a node (``python -m simsearch.service.server --threads 1``) with a flat collection of
 ``--n`` x 64 and the echo (bench/service/echo_server.py, answering with a search's bytes), then
@@ -15,8 +15,10 @@ the pair afresh R times (the ratio moves by up to 0.15 between rounds with the p
 placement) and reports the median round. ``--pin`` runs both servers on the last CPU and the
 caller on the first (the rounds then usually agree to 0.02). ``--no-halt`` keeps the CPUs out of
 idle while timing (root): the echo then times the calls' own work, not mostly wake-ups.
-``--no-retry-callers`` adds the echo and the client on channels without gRPC's retry filter
-(``grpc.enable_retries`` 0; the client then sends each call once). Against another checkout's
+``--batch node|both`` starts the node, or both servers, under SCHED_BATCH (a measurement of
+the GIL's hand-offs, not a setting to serve with). ``--no-retry-callers`` adds the echo and
+the client on channels without gRPC's retry filter (``grpc.enable_retries`` 0; the client then
+sends each call once). Against another checkout's
 code: bench/ab/sitecustomize.py.
 """
 
@@ -55,8 +57,10 @@ def one_round(a: argparse.Namespace, seed: int) -> dict[str, dict[str, float]]:
     x = rng.standard_normal((a.n, 64)).astype(np.float32)
     qs = rng.standard_normal((200, 64)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp, pinned(a.pin) as caller_cpu:
-        node, port = start_server(Path(tmp) / "data", workers=8)
-        echo, echo_port = start_echo(Path(tmp), 8)
+        with sched_batch(a.batch in ("node", "both")):
+            node, port = start_server(Path(tmp) / "data", workers=8)
+        with sched_batch(a.batch == "both"):
+            echo, echo_port = start_echo(Path(tmp), 8)
         if caller_cpu is not None:
             os.sched_setaffinity(0, {caller_cpu})
         try:
@@ -141,6 +145,21 @@ def pinned(on: bool):
 
 
 @contextlib.contextmanager
+def sched_batch(on: bool):
+    """With ``on``, processes started inside run under SCHED_BATCH (their threads inherit the
+    calling thread's policy): a woken thread of theirs waits for the running one instead of
+    preempting it (docs/bench-service.md, "Where the pinned gap goes")."""
+    if not on:
+        yield
+        return
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+@contextlib.contextmanager
 def no_halt(on: bool):
     """With ``on``, keep the CPUs out of their idle states while held (PM QoS: 0 µs of wake-up
     latency allowed, root only), so that the echo is not timed mostly waking up."""
@@ -166,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the node and the echo on the last CPU, the caller on the first")
     p.add_argument("--no-retry-callers", action="store_true",
                    help="also the echo and the client on channels without gRPC's retry filter")
+    p.add_argument("--batch", choices=("none", "node", "both"), default="none",
+                   help="start the node (node) or the node and the echo (both) under SCHED_BATCH")
     p.add_argument("--no-halt", action="store_true",
                    help="keep the CPUs out of idle (/dev/cpu_dma_latency 0) while timing")
     a = p.parse_args(argv)
