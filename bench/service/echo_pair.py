@@ -152,11 +152,12 @@ def sched_batch(on: bool):
     if not on:
         yield
         return
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     try:
         yield
     finally:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        os.sched_setscheduler(0, *before)
 
 
 @contextlib.contextmanager
