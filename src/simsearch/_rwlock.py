@@ -43,7 +43,8 @@ class RWLock:
             if self._writer is not None or self._waiting_writers:
                 ok = self._cond.wait_for(
                     lambda: self._writer is None and not self._waiting_writers,
-                    None if deadline is None else max(0.0, deadline - time.monotonic()),
+                    None if deadline is None else
+                    min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX),
                 )
                 if not ok:
                     raise self._timeout("the call's deadline passed while a write held the index")

@@ -75,9 +75,11 @@ def test_keyword_values_of_any_content_survive_replay_snapshot_and_copy(tmp_path
         for i, v in enumerate(VALUES):  # where finds each value exactly
             assert c.attrs.where({"k": v}).tolist() == [i]
 
+    del s  # a crash: the directory's lock goes with its owner
     s = Store(tmp_path / "a")  # a restart: the values come back from the log
     check(s.get("c"))
     s.get("c").snapshot()
+    del s
     s = Store(tmp_path / "a")  # and from the snapshot
     check(s.get("c"))
     config, data = s.get("c").export()
@@ -210,8 +212,7 @@ def test_a_damaged_length_field_refuses_to_open_instead_of_truncating(tmp_path):
     """The defect: with the length field of the 2nd of 12 records set to 2^31, a restart served
     10 of 120 items with only a warning (the length sat outside the record's checksum, so the
     damage read as a torn tail, and the log was cut there)."""
-    s = Store(tmp_path)
-    col = s.create("c", DIM, "l2", "flat", {})
+    col = Store(tmp_path).create("c", DIM, "l2", "flat", {})  # a store dropped: a crash
     for i in range(12):
         col.add(_vec(10, i))
     wal = next((tmp_path / "collections" / "c").glob("wal-*.log"))
@@ -227,8 +228,7 @@ def test_a_damaged_length_field_refuses_to_open_instead_of_truncating(tmp_path):
 
 
 def test_zero_filled_and_torn_tails_are_cut(tmp_path):
-    s = Store(tmp_path)
-    col = s.create("c", DIM, "l2", "flat", {})
+    col = Store(tmp_path).create("c", DIM, "l2", "flat", {})  # a store dropped: a crash
     for i in range(3):
         col.add(_vec(5, i))
     wal = next((tmp_path / "collections" / "c").glob("wal-*.log"))
@@ -244,8 +244,7 @@ def test_zero_filled_and_torn_tails_are_cut(tmp_path):
 
 
 def test_logs_written_before_the_header_checksum_are_read_and_rewritten(tmp_path):
-    s = Store(tmp_path)
-    col = s.create("c", DIM, "l2", "flat", {})
+    col = Store(tmp_path).create("c", DIM, "l2", "flat", {})  # a store dropped: a crash
     x = _vec(3)
     col.add(x)
     wal = next((tmp_path / "collections" / "c").glob("wal-*.log"))
@@ -306,8 +305,7 @@ def test_a_failed_snapshot_after_a_durable_write_keeps_it_acknowledged(tmp_path,
     from simsearch.service import collection as storemod
 
     monkeypatch.setattr(storemod, "MIN_SNAPSHOT_WAL_BYTES", 0)
-    s = Store(tmp_path, snapshot_wal_bytes=1)
-    col = s.create("c", DIM, "l2", "flat", {})
+    col = Store(tmp_path, snapshot_wal_bytes=1).create("c", DIM, "l2", "flat", {})
 
     def full(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")

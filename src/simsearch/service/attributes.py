@@ -55,7 +55,9 @@ def _check_name(name: Any) -> None:
 def check_where(expr: Any, limits: Limits = DEFAULT_LIMITS) -> None:
     """Refuse a ``where`` filter nested deeper than ``limits.max_where_depth`` or holding more
     than ``limits.max_where_clauses`` conditions and operators, before anything evaluates it
-    (iteratively: a hostile depth costs no recursion)."""
+    (iteratively: a hostile depth costs no recursion). Every member of an ``$and`` / ``$or``
+    list and every ``$not`` counts as a clause, whatever it holds, and an empty object inside
+    them is refused: ``{"$and": [{}] * 200_000}`` must not pass as zero clauses."""
     clauses, stack = 0, [(expr, 1)]
     while stack:
         e, depth = stack.pop()
@@ -65,11 +67,17 @@ def check_where(expr: Any, limits: Limits = DEFAULT_LIMITS) -> None:
                 "$not (the server's --max-where-depth)")
         if not isinstance(e, dict):
             continue
+        if not e and depth > 1:
+            raise InvalidFilterError(
+                "where: an empty object inside $and / $or / $not matches nothing in particular; "
+                "give each member at least one condition")
         clauses += len(e)
         for key, val in e.items():
             if key in ("$and", "$or") and isinstance(val, list):
+                clauses += len(val)
                 stack.extend((x, depth + 1) for x in val)
             elif key == "$not":
+                clauses += 1
                 stack.append((val, depth + 1))
             elif isinstance(val, dict):
                 clauses += len(val)

@@ -101,7 +101,7 @@ def _timeout(deadline: float | None) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
         raise DeadlineExceededError("the call's deadline passed before it could start")
-    return left
+    return min(left, threading.TIMEOUT_MAX)
 
 
 def _and_allow(allow: Any, matched: np.ndarray) -> Any:

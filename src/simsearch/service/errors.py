@@ -95,6 +95,11 @@ class OpsGoneError(ServiceError):
     the whole replica instead."""
 
 
+class DataDirLockedError(ServiceError):
+    """The data directory is held by another process (a node, or an embedded client): one
+    owner per directory, or the two would cut each other's logs."""
+
+
 class InternalServerError(ServiceError):
     """An unexpected server fault; details are in the server's log only."""
 
@@ -115,6 +120,7 @@ STATUS: dict[type[BaseException], str] = {
     FencedPartError: "FAILED_PRECONDITION",
     NotPartReplicaError: "FAILED_PRECONDITION",
     OpsGoneError: "FAILED_PRECONDITION",
+    DataDirLockedError: "FAILED_PRECONDITION",
     InternalServerError: "INTERNAL",
     ServiceError: "UNKNOWN",
     core.RepeatedIdError: "INVALID_ARGUMENT",  # a bad batch, unlike a clash with a stored id

@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 #: room left in a response for everything but the ids and scores
 _RESPONSE_OVERHEAD = 1024
 _MAX_MESSAGE_CHARS = 1000
+#: a deadline further off than this is no deadline: gRPC reports a call sent without one (the
+#: default of grpcurl and of the Go, Java and JS clients) as due in about 2^63 ns, which no lock
+#: wait takes (it raised OverflowError, and the call answered INTERNAL)
+NO_DEADLINE_SECONDS = 30 * 86400
 
 
 def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
@@ -77,7 +81,8 @@ def _rpc(fn: Callable) -> Callable:
             if self.stopping.is_set():
                 raise ServiceUnavailableError("the server is shutting down; retry later")
             remaining = context.time_remaining()
-            return fn(self, request, context, None if remaining is None else t0 + remaining)
+            far = remaining is None or remaining > NO_DEADLINE_SECONDS
+            return fn(self, request, context, None if far else t0 + remaining)
         except Exception as exc:  # every error becomes a status (abort raises past this)
             code = code_for(exc) if isinstance(exc, SimsearchError) else "INTERNAL"
             abort_with(context, exc)

@@ -32,9 +32,10 @@ from pathlib import Path
 from .. import _faults
 from .._durable import atomic_write, fsync_dir
 from ..errors import InvalidParameterError
-from ..index import create_index, load
-from .attributes import AttributeTable, check_schema
+from ..index import create_index
+from .attributes import check_schema
 from .collection import DEFAULT_SNAPSHOT_WAL_BYTES, Collection
+from .dirlock import DirectoryLock
 from .errors import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -69,19 +70,26 @@ class Store:
         limits: Limits = DEFAULT_LIMITS,
     ):
         self.limits = limits
+        # before anything is read or cleaned up: the temporary directories below are another
+        # owner's writes in flight if there is one
+        self._dir_lock = DirectoryLock(data_dir)
         self.root = Path(data_dir) / "collections"
         self.root.mkdir(parents=True, exist_ok=True)
         self.snapshot_wal_bytes = snapshot_wal_bytes
         self._lock = threading.Lock()
         self._collections: dict[str, Collection] = {}
-        for intent in sorted(self.root.glob(".swap-*.json")):
-            self._finish_swap(intent)
-        for entry in sorted(os.listdir(self.root)):
-            path = self.root / entry
-            if entry.startswith("."):  # an interrupted create, drop or import
-                shutil.rmtree(path, ignore_errors=True)
-            elif (path / "collection.json").exists():
-                self._collections[entry] = self._open(entry, path)
+        try:
+            for intent in sorted(self.root.glob(".swap-*.json")):
+                self._finish_swap(intent)
+            for entry in sorted(os.listdir(self.root)):
+                path = self.root / entry
+                if entry.startswith("."):  # an interrupted create, drop or import
+                    shutil.rmtree(path, ignore_errors=True)
+                elif (path / "collection.json").exists():
+                    self._collections[entry] = self._open(entry, path)
+        except BaseException:
+            self._dir_lock.release()
+            raise
 
     def _open(self, name: str, path: Path) -> Collection:
         """A collection is what it was created or copied as: a part's replica when its config
@@ -186,12 +194,10 @@ class Store:
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())
-                load(snap)  # CorruptIndexError before the old
-                # copy is touched
                 if attributes is not None:
                     atomic_write(tmp / "attrs-1.bin",
                                  lambda f: f.write(base64.b64decode(attributes)))
-                    AttributeTable.load(tmp / "attrs-1.bin")
+                self._check_openable(name, tmp, config)  # before the old copy is touched
                 fsync_dir(tmp)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -203,6 +209,27 @@ class Store:
             col = self._open(name, self.root / name)
             self._collections[name] = col
             return col
+
+    def _check_openable(self, name: str, path: Path, config: dict) -> None:
+        """Open the collection at ``path`` as a restart would (its config, snapshot, attributes
+        and log) and check that the config describes the snapshot; InvalidParameterError
+        otherwise. A restore must refuse what it cannot serve before it replaces anything."""
+        probe = self._open(name, path)
+        try:
+            if probe.damaged:
+                raise InvalidParameterError(
+                    f"the copy of collection {name!r} cannot be served ({probe.damaged}); "
+                    "nothing was replaced")
+            index = probe.index
+            if (index.dim, index.metric, index.kind) != (config["dim"], config["metric"],
+                                                         config["kind"]):
+                raise InvalidParameterError(
+                    f"the copy of collection {name!r} says dim={config['dim']!r}, "
+                    f"metric={config['metric']!r}, kind={config['kind']!r}, but its snapshot "
+                    f"holds dim={index.dim}, metric={index.metric!r}, kind={index.kind!r}; "
+                    "nothing was replaced")
+        finally:
+            probe.close()
 
     def _swap_in(self, name: str, new: Path) -> None:
         """Put the complete directory ``new`` in place as collection ``name``, replacing one of
@@ -316,3 +343,4 @@ class Store:
         with self._lock:
             for col in self._collections.values():
                 col.close()
+            self._dir_lock.release()
