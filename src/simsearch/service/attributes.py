@@ -383,6 +383,10 @@ class AttributeTable:
                 raise InvalidFilterError(
                     f"{at}: attribute {name!r} holds {t} values; got {x!r} "
                     f"({type(x).__name__})")
+            if vt == "int" and not -(1 << 63) <= x < (1 << 63):
+                raise InvalidFilterError(
+                    f"{at}: {x} is outside the 64-bit integers that attributes hold "
+                    f"[-2^63, 2^63)")
         if t in ("int", "float", "bool"):
             values = col["values"]
             if op in ("eq", "in", "ne", "nin"):

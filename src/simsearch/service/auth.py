@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import contextvars
 import hmac
+import logging
 import os
+import stat
 from collections.abc import Callable
 
 import grpc
 
 from .errors import ERROR_TYPE_KEY, PermissionDeniedError
+
+log = logging.getLogger(__name__)
 
 READ_ONLY, READ_WRITE, CLUSTER = "read-only", "read-write", "cluster"
 ROLES = (READ_ONLY, READ_WRITE, CLUSTER)
@@ -88,8 +92,13 @@ def caller_token() -> str | None:
 
 
 def load_tokens(path: str | os.PathLike) -> dict[str, str]:
-    """Read a tokens file into {token: role}. ValueError names the first bad line."""
+    """Read a tokens file into {token: role}. ValueError names the first bad line; a file
+    that others than its owner may read is logged as a warning (its tokens are secrets)."""
     tokens: dict[str, str] = {}
+    mode = os.stat(path).st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("tokens file %s can be read or written by others than its owner (mode "
+                    "%o); chmod 600 it", path, mode & 0o777)
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
@@ -172,15 +181,15 @@ class TokenAuthInterceptor(grpc.ServerInterceptor):
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
                 auth = value if isinstance(value, str) else value.decode("latin-1")
-        if not auth.startswith("Bearer "):
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 9110, 11.1)
             return _denier(
                 handler,
                 grpc.StatusCode.UNAUTHENTICATED,
                 "this server needs a bearer token: send metadata 'authorization: Bearer <token>'",
                 "AuthenticationError",
             )
-        token = auth[len("Bearer "):].strip()
-        role = self._role(token)
+        role = self._role(token.strip())
         if role is None:
             return _denier(
                 handler,

@@ -170,16 +170,19 @@ def _apply(index: Index, rec: walmod.Record, attrs: AttributeTable) -> None:
         raise ValueError(f"unknown log op {rec.op}")
 
 
+def is_config(config: Any) -> bool:
+    """Whether ``config`` has the shape of a collection.json (dim, metric, kind, params)."""
+    return (isinstance(config, dict)
+            and type(config.get("dim")) is int
+            and isinstance(config.get("metric"), str)
+            and isinstance(config.get("kind"), str)
+            and isinstance(config.get("params"), dict))
+
+
 def _read_config(path: Path) -> dict:
     """A collection's collection.json, checked: ValueError if it is not one."""
     config = json.loads(path.read_text())
-    if not (
-        isinstance(config, dict)
-        and isinstance(config.get("dim"), int)
-        and isinstance(config.get("metric"), str)
-        and isinstance(config.get("kind"), str)
-        and isinstance(config.get("params"), dict)
-    ):
+    if not is_config(config):
         raise ValueError(f"{path} is not a collection config (dim, metric, kind, params)")
     return config
 

@@ -27,8 +27,7 @@ from .auth import TokenAuthInterceptor, load_tokens
 from .limits import DEFAULT_LIMITS, Limits
 from .protocols import CollectionStore
 from .protos.simsearch.v1 import simsearch_pb2 as pb
-from .protos.simsearch.v1 import simsearch_pb2_grpc as pb_grpc
-from .servicer import SimSearchServicer
+from .servicer import SimSearchServicer, add_to_server
 from .store import DEFAULT_SNAPSHOT_WAL_BYTES, Store
 
 log = logging.getLogger(__name__)
@@ -122,7 +121,7 @@ def create_server(
         options=options,
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
-    pb_grpc.add_SimSearchServicer_to_server(servicer, server)
+    add_to_server(servicer, server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if reflection:

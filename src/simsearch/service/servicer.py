@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from .. import __version__
 from ..errors import (
@@ -69,6 +70,49 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
     context.abort(getattr(grpc.StatusCode, code), message)
 
 
+class MalformedRequest:
+    """What a request's bytes parse to when they are not the method's message: the handler
+    answers INVALID_ARGUMENT (gRPC's own deserializer answered INTERNAL, "Exception
+    deserializing request!", to any client that sent bytes of another message)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def refuse(self) -> None:
+        raise InvalidParameterError(f"the request is not a valid {self.message} message")
+
+
+def _parser(cls: type) -> Callable[[bytes], object]:
+    def parse(data: bytes):
+        try:
+            return cls.FromString(data)
+        except DecodeError:
+            return MalformedRequest(cls.DESCRIPTOR.full_name)
+    return parse
+
+
+def add_to_server(servicer: SimSearchServicer, server: grpc.Server) -> None:
+    """Register ``servicer`` as the generated ``add_SimSearchServicer_to_server`` does, but
+    with requests that fail to parse handed to the handler as a MalformedRequest."""
+    factories = {(False, False): grpc.unary_unary_rpc_method_handler,
+                 (False, True): grpc.unary_stream_rpc_method_handler,
+                 (True, False): grpc.stream_unary_rpc_method_handler,
+                 (True, True): grpc.stream_stream_rpc_method_handler}
+    service = pb.DESCRIPTOR.services_by_name["SimSearch"]
+    handlers = {
+        m.name: factories[m.client_streaming, m.server_streaming](
+            getattr(servicer, m.name),
+            request_deserializer=_parser(getattr(pb, m.input_type.name)),
+            response_serializer=getattr(pb, m.output_type.name).SerializeToString)
+        for m in service.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
 def _rpc(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(self: SimSearchServicer, request, context: grpc.ServicerContext):
@@ -80,6 +124,8 @@ def _rpc(fn: Callable) -> Callable:
         try:
             if self.stopping.is_set():
                 raise ServiceUnavailableError("the server is shutting down; retry later")
+            if type(request) is MalformedRequest:
+                request.refuse()
             remaining = context.time_remaining()
             far = remaining is None or remaining > NO_DEADLINE_SECONDS
             return fn(self, request, context, None if far else t0 + remaining)
@@ -283,11 +329,15 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
         """The name, JSON meta and data of a stream; refused once it carries more than the
         server's --max-stream-bytes (before the rest is read)."""
         first = next(request_iterator, None)
+        if type(first) is MalformedRequest:
+            first.refuse()
         if first is None or not first.collection:
             raise InvalidParameterError(f"the first chunk must name the {what}")
         meta = convert.load_params(first.config_json, "config_json")
         cap, parts, size = self.limits.max_stream_bytes, [], len(first.config_json)
         for c in itertools.chain([first], request_iterator):
+            if type(c) is MalformedRequest:
+                c.refuse()
             size += len(c.data) + len(c.collection)
             if size > cap:
                 raise ResourceExhaustedError(

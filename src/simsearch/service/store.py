@@ -34,7 +34,7 @@ from .._durable import atomic_write, fsync_dir
 from ..errors import InvalidParameterError
 from ..index import create_index
 from .attributes import check_schema
-from .collection import DEFAULT_SNAPSHOT_WAL_BYTES, Collection
+from .collection import DEFAULT_SNAPSHOT_WAL_BYTES, Collection, is_config
 from .dirlock import DirectoryLock
 from .errors import (
     CollectionExistsError,
@@ -213,11 +213,17 @@ class Store:
     def _check_openable(self, name: str, path: Path, config: dict) -> None:
         """Open the collection at ``path`` as a restart would (its config, snapshot, attributes
         and log) and check that the config describes the snapshot; InvalidParameterError
-        otherwise. A restore must refuse what it cannot serve before it replaces anything."""
+        otherwise (DataLossError for damaged bytes). A restore must refuse what it cannot
+        serve before it replaces anything."""
+        if not is_config(config):
+            raise InvalidParameterError(
+                f"the copy of collection {name!r} has a malformed config (it needs dim: an "
+                f"integer, metric and kind: strings, params: an object); got {config!r:.200}; "
+                "nothing was replaced")
         probe = self._open(name, path)
         try:
             if probe.damaged:
-                raise InvalidParameterError(
+                raise DataLossError(
                     f"the copy of collection {name!r} cannot be served ({probe.damaged}); "
                     "nothing was replaced")
             index = probe.index
