@@ -331,14 +331,15 @@ def test_node_gets_the_expected_status_for_every_call_and_never_internal(transcr
     plan, node, *_ = transcripts
     assert len(node) == len(plan)
     wrong = [(i, s["method"], want, got["code"], got["details"])
-             for i, ((s, want), got) in enumerate(zip(plan, node)) if got["code"] != want]
+             for i, ((s, want), got) in enumerate(zip(plan, node, strict=True))
+             if got["code"] != want]
     assert not wrong, "\n".join(map(str, wrong))
     assert all(a["code"] not in ("INTERNAL", "UNKNOWN") for a in node)
 
 
 def test_node_and_python_transcripts_are_equal(transcripts):
     plan, node, py, *_ = transcripts
-    for i, ((step, _), a, b) in enumerate(zip(plan, node, py)):
+    for i, ((step, _), a, b) in enumerate(zip(plan, node, py, strict=True)):
         assert (a["code"], a["details"]) == (b["code"], b["details"]), (i, step["method"])
         assert _normalise(step, a["responses"]) == _normalise(step, b["responses"]), \
             (i, step["method"])
