@@ -140,3 +140,13 @@ def test_a_store_on_a_path_keeps_its_documents(tmp_path):
     s = SimsearchVectorStore(emb, client=ss.connect(path=tmp_path))
     assert s.get_by_ids(["x"]) == [Document(id="x", page_content="kept", metadata={"k": 1})]
     s.client.close()
+
+
+def test_metadata_keys_past_the_column_cap_are_kept():
+    """The defect: after 256 distinct metadata keys every add with a new key failed; now keys
+    past the adapter's column cap stay in the metadata JSON (and come back with the document)."""
+    s = SimsearchVectorStore(DeterministicFakeEmbedding(size=16))
+    for batch in range(6):
+        s.add_texts([f"t{i}" for i in range(batch * 50, batch * 50 + 50)],
+                    metadatas=[{f"k{i}": i} for i in range(batch * 50, batch * 50 + 50)])
+    assert s.similarity_search("t299", k=1)[0].metadata == {"k299": 299}

@@ -15,8 +15,14 @@ from ..errors import InvalidParameterError
 from ..index import index_class
 from ..service.errors import CollectionNotFoundError
 
-#: reserved attributes: an item's text, its metadata as JSON, its framework id
-TEXT, METADATA, KEY = "_text", "_metadata", "_id"
+#: reserved attributes: an item's text, its metadata as JSON, its framework id, and the keys of
+#: its metadata whose values no attribute column holds (of another type than the column's, a
+#: key that is no attribute name, or past the adapter's column cap)
+TEXT, METADATA, KEY, LOOSE = "_text", "_metadata", "_id", "_loose"
+#: attribute columns an adapter makes for metadata keys at most (a node refuses writes past
+#: its --max-attribute-columns, 256 by default; the reserved ones count too); keys beyond stay
+#: in the metadata's JSON, listed in LOOSE
+MAX_METADATA_COLUMNS = 64
 _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -64,26 +70,34 @@ def _kind(v: Any) -> str | None:
     return None
 
 
-def metadata_columns(metadatas: list[dict], schema: dict[str, str]) -> dict[str, list]:
+def metadata_columns(metadatas: list[dict], schema: dict[str, str],
+                     max_columns: int = MAX_METADATA_COLUMNS) -> dict[str, list]:
     """The metadata values that go into filterable attributes: per key (a valid attribute
     name, not reserved), the values of the column's type (declared, or one the batch shares);
-    the others are kept in the metadata's JSON only."""
+    new columns only while the metadata columns number fewer than ``max_columns``. Every other
+    value is kept in the metadata's JSON only, and its key listed in the item's ``LOOSE``
+    attribute (present only when some item has such a key)."""
     out: dict[str, list] = {}
+    loose: list[list[str]] = [[] for _ in metadatas]
+    reserved = {TEXT, METADATA, KEY, LOOSE}
+    room = max_columns - sum(1 for k in schema if k not in reserved and not k.startswith("_"))
     keys = {k for m in metadatas for k in m if isinstance(k, str)}
-    for key in sorted(keys - {TEXT, METADATA, KEY}):
-        if not _COLUMN.fullmatch(key):
-            continue
+    for key in sorted(keys):
         kinds = [_kind(m.get(key)) for m in metadatas]
-        t = schema.get(key)
-        if t is None:
+        t = None if key in reserved else schema.get(key)
+        if t is None and key not in reserved and _COLUMN.fullmatch(key) and room > 0:
             found = {k for k in kinds if k is not None}
             t = "float" if found == {"int", "float"} else (found.pop() if len(found) == 1
                                                               else None)
-        if t is None:
-            continue
-        ok = [k == t or (t == "float" and k == "int") for k in kinds]
+        ok = [t is not None and (k == t or (t == "float" and k == "int")) for k in kinds]
         if any(ok):
             out[key] = [m.get(key) if o else None for m, o in zip(metadatas, ok, strict=True)]
+            room -= key not in schema
+        for i, (m, o) in enumerate(zip(metadatas, ok, strict=True)):
+            if not o and key in m and m[key] is not None:
+                loose[i].append(key)
+    if any(loose) or LOOSE in schema:
+        out[LOOSE] = loose
     return out
 
 

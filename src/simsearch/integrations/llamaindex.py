@@ -26,8 +26,6 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
-    FilterCondition,
-    FilterOperator,
     MetadataFilters,
     VectorStoreQuery,
     VectorStoreQueryMode,
@@ -35,7 +33,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
-from ..errors import InvalidFilterError, InvalidParameterError
+from ..errors import InvalidParameterError
 from ._items import (
     KEY,
     METADATA,
@@ -46,41 +44,15 @@ from ._items import (
     open_client,
     owned,
 )
+from .llama_filters import REF_DOC, judge, plan_filters
 
-__all__ = ["SimsearchVectorStore", "where_of"]
+__all__ = ["SimsearchVectorStore"]
 
-#: the attribute holding each node's ref_doc_id (``delete(ref_doc_id)`` selects on it)
-REF_DOC = "ref_doc_id"
-
-_OPS = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt",
-        FilterOperator.LT: "lt", FilterOperator.GTE: "gte", FilterOperator.LTE: "lte",
-        FilterOperator.IN: "in", FilterOperator.NIN: "nin", FilterOperator.ANY: "in",
-        FilterOperator.CONTAINS: "eq"}
-
-
-def where_of(filters: MetadataFilters | None) -> dict | None:
-    """``MetadataFilters`` as a ``where`` filter: ``==`` ``!=`` ``>`` ``<`` ``>=`` ``<=``
-    ``in`` ``nin``, ``any`` / ``contains`` (a list holds one of / the value), ``all`` (holds
-    every one), ``is_empty`` (no value), nested filters under ``and`` / ``or`` / ``not``."""
-    if filters is None or not filters.filters:
-        return None
-    parts = []
-    for f in filters.filters:
-        if isinstance(f, MetadataFilters):
-            sub = where_of(f)
-            if sub is not None:
-                parts.append(sub)
-        elif f.operator in _OPS:
-            parts.append({f.key: {_OPS[f.operator]: f.value}})
-        elif f.operator == FilterOperator.ALL:
-            parts.append({"$and": [{f.key: v} for v in f.value]})
-        elif f.operator == FilterOperator.IS_EMPTY:
-            parts.append({"$not": {f.key: {"exists": True}}})
-        else:
-            raise InvalidFilterError(f"filter operator {f.operator.value!r} is not supported; "
-                                     f"use one of {[o.value for o in _OPS]}, all, is_empty")
-    joined = {"$and": parts} if filters.condition != FilterCondition.OR else {"$or": parts}
-    return {"$not": joined} if filters.condition == FilterCondition.NOT else joined
+def _metadata(stored: str) -> dict:
+    """A node's metadata as LlamaIndex's own stores filter on it (without the node's JSON)."""
+    md = json.loads(stored)
+    md.pop("_node_content", None)
+    return md
 
 
 class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
@@ -140,7 +112,8 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
         columns = metadata_columns([dict(n.metadata) for n in nodes],
                                    col.describe().get("schema") or {})
         columns.pop(REF_DOC, None)  # the node's own, below
-        attributes = {**columns, KEY: ids, REF_DOC: [n.ref_doc_id for n in nodes],
+        # "None" without a parent, as LlamaIndex's metadata says (filters select on it)
+        attributes = {**columns, KEY: ids, REF_DOC: [n.ref_doc_id or "None" for n in nodes],
                       METADATA: [json.dumps(m) for m in stored]}
         col.add(x, ids=keys, upsert=True, attributes=attributes)
         return ids
@@ -148,7 +121,7 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Delete every node of document ``ref_doc_id``."""
         col = self._collection()
-        if col is not None:
+        if col is not None and REF_DOC in (col.describe().get("schema") or {}):
             col.remove(col.get(where={REF_DOC: ref_doc_id})["ids"], missing_ok=True)
 
     def delete_nodes(self, node_ids: list[str] | None = None,
@@ -157,7 +130,7 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
         col = self._collection()
         if col is None or node_ids == []:
             return
-        got = col.get(None if node_ids is None else item_ids(node_ids), where=where_of(filters))
+        got = self._get(col, node_ids, filters)
         keys = got["ids"] if node_ids is None else owned(got, node_ids)
         col.remove(keys, missing_ok=True)
 
@@ -180,13 +153,50 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
         col = self._collection()
         if col is None or node_ids == []:
             return []
-        got = col.get(None if node_ids is None else item_ids(node_ids), where=where_of(filters))
+        got = self._get(col, node_ids, filters)
         if node_ids is not None:
             mine = set(owned(got, node_ids).tolist())
             keep = [j for j, k in enumerate(got["ids"].tolist()) if k in mine]
             got = {"ids": got["ids"][keep],
                    "attributes": {n: [v[j] for j in keep] for n, v in got["attributes"].items()}}
         return self._nodes(got)
+
+    def _plan(self, col: Any, filters: MetadataFilters | None) -> tuple[dict | None, Any]:
+        """(a where exact for the items it covers, the ids of the other items the filters
+        select, judged here; None when there are none): llama_filters.FilterPlan."""
+        schema = col.describe().get("schema") or {}
+        if KEY not in schema:  # no node was ever added: nothing to select
+            return None, None
+        plan = plan_filters(filters, schema)
+        if plan.check is None:
+            return plan.where, None
+        unsure = col.get(where=plan.check)
+        test = judge(filters)
+        picked = [k for k, m in zip(unsure["ids"].tolist(), unsure["attributes"].get(
+            METADATA, []), strict=True) if test(_metadata(m))]
+        rest = {"$not": plan.check}
+        where = rest if plan.where is None else {"$and": [plan.where, rest]}
+        return where, np.array(picked, np.int64)
+
+    def _get(self, col: Any, node_ids: list[str] | None, filters: MetadataFilters | None
+             ) -> dict:
+        keys = None if node_ids is None else item_ids(node_ids)
+        where, picked = self._plan(col, filters)
+        got = col.get(keys, where=where)
+        if picked is not None and picked.size:
+            if keys is not None:
+                picked = keys[np.isin(keys, picked)]
+            more = col.get(picked)
+            got = {"ids": np.concatenate([got["ids"], more["ids"]]), "attributes": {
+                n: list(got["attributes"].get(n, [None] * got["ids"].size)) +
+                list(more["attributes"].get(n, [None] * more["ids"].size))
+                for n in {*got["attributes"], *more["attributes"]}}}
+            if keys is not None:  # in the order asked
+                rank = {k: i for i, k in enumerate(keys.tolist())}
+                order = sorted(range(got["ids"].size), key=lambda j: rank[int(got["ids"][j])])
+                got = {"ids": got["ids"][order], "attributes": {
+                    n: [v[j] for j in order] for n, v in got["attributes"].items()}}
+        return got
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """The ``similarity_top_k`` nearest nodes (modes "default" and "mmr"), among
@@ -197,7 +207,8 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
         col = self._collection()
         if col is None or query.query_embedding is None:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        where = where_of(query.filters)
+        where, picked = self._plan(col, query.filters)
+        docs = None
         if query.doc_ids:  # None or empty: no restriction (as LlamaIndex's own stores)
             docs = {REF_DOC: {"in": list(query.doc_ids)}}
             where = docs if where is None else {"$and": [where, docs]}
@@ -205,9 +216,17 @@ class SimsearchVectorStore(HoldsCollection, BasePydanticVectorStore):
         k = query.similarity_top_k
         mmr = query.mode == VectorStoreQueryMode.MMR
         fetch = max(k, int(kwargs.get("mmr_prefetch_k", 4 * k))) if mmr else k
-        r = col.search(np.asarray([query.query_embedding], np.float32), fetch, allow=allow,
-                       where=where, **self.search_params)
+        q = np.asarray([query.query_embedding], np.float32)
+        r = col.search(q, fetch, allow=allow, where=where, **self.search_params)
         keys, scores = r.ids[0][r.ids[0] >= 0], r.scores[0][r.ids[0] >= 0]
+        if picked is not None and picked.size:  # the items judged here: a second search
+            if allow is not None:
+                picked = picked[np.isin(picked, allow)]
+            r2 = col.search(q, fetch, allow=picked, where=docs, **self.search_params)
+            keys = np.concatenate([keys, r2.ids[0][r2.ids[0] >= 0]])
+            scores = np.concatenate([scores, r2.scores[0][r2.ids[0] >= 0]])
+            order = np.lexsort((keys, scores if col.metric == "l2" else -scores))[:fetch]
+            keys, scores = keys[order], scores[order]
         got = col.get(keys, vectors=mmr)
         score = dict(zip(keys.tolist(), scores.tolist(), strict=True))
         sims = [score[i] for i in got["ids"].tolist()]
