@@ -117,3 +117,26 @@ async def test_a_cluster_answers_the_async_client_as_the_sync_one(tmp_path, data
         with ss.connect(cl.coordinators, timeout=60) as c:
             want = sync_exercise(c, f"s{next(_names)}", x, q, **params)
     assert_same(got, want)
+
+
+def test_a_gather_of_hundreds_of_searches_all_answer(tmp_path):
+    """The defect: the documented ``gather`` of 300 searches through the asyncio client had
+    133 fail RESOURCE_EXHAUSTED (the node sheds past --max-concurrent-rpcs, and nothing on the
+    client bounded or retried). Here the node sheds past 4: every search must still answer,
+    through the client's in-flight bound (8, over the node's 4) and its backoff."""
+    from nodeproc import ServerProcess
+
+    node = ServerProcess(tmp_path / "d", "--max-concurrent-rpcs", "4", "--workers", "4")
+    x = np.random.default_rng(1).standard_normal((2000, DIM)).astype(np.float32)
+
+    async def main():
+        async with simsearch.aio.connect(node.address, max_in_flight=8) as client:
+            col = await client.create_collection("c", DIM, "l2", "flat")
+            await col.add(x)
+            found = await asyncio.gather(*(col.search(x[i], k=1) for i in range(300)))
+            return [r.ids[0, 0].item() for r in found]
+
+    try:
+        assert asyncio.run(main()) == list(range(300))
+    finally:
+        node.kill()

@@ -189,3 +189,30 @@ def test_a_restore_with_a_malformed_config_keeps_the_collection_it_would_replace
         np.testing.assert_array_equal(c.collection("c").search(_vec(1), 1).ids, [[0]])
     with ss.connect(path=tmp_path) as c:  # and after a restart
         assert len(c.collection("c")) == 5
+
+
+# -- answers bounded by what they carry ------------------------------------------------------
+
+def test_get_answers_in_pages_counted_with_their_attributes(server_factory):
+    """The defect: ``get`` sized its answer by ids and vectors only; with texts of ~10 KB,
+    ``get`` of 300 ids built the whole answer and then failed RESOURCE_EXHAUSTED (and so did
+    LangChain's ``get_by_ids`` and LlamaIndex's ``get_nodes`` once documents passed ~1 KiB at
+    the default message size). Now pages are cut by bytes, attributes included."""
+    node = server_factory("--max-message-bytes", str(1 << 20))
+    texts = [f"{i:05d}" + "x" * 10_000 for i in range(300)]
+    with node.client() as c:
+        col = c.create_collection("docs", DIM, "l2", "flat")
+        col.add(_vec(300), attributes={"text": texts})
+        for ids in (None, np.arange(299, -1, -1)):
+            got = col.get(ids, vectors=True)
+            want = np.arange(300) if ids is None else ids
+            assert got["ids"].tolist() == want.tolist()
+            assert got["attributes"]["text"] == [texts[i] for i in want]
+            np.testing.assert_array_equal(got["vectors"], _vec(300)[want])
+        with grpc.insecure_channel(node.address) as ch:  # a client that does not page
+            with pytest.raises(grpc.RpcError) as info:
+                pb_grpc.SimSearchStub(ch).Get(pb.GetRequest(collection="docs", all=True),
+                                              timeout=30)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "pages" in info.value.details()
+        assert len(col) == 300

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import InvalidParameterError, SimsearchError
 from ..index import SearchResult, as_id_array, as_matrix
+from ..service.paging import page
 from . import rebuild, routerlog
 from .batching import rows_for
 from .checkpoints import (
@@ -337,10 +338,13 @@ class ClusterCollection:
                 "snapshot_time": time.time()}
 
     def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
-            deadline: float | None = None, max_items: int | None = None) -> dict:
-        """``Collection.get``: each item read from its home part (``fanout.get_items``)."""
-        return get_items(self.current(), None if ids is None else as_id_array(ids), vectors,
-                         where, max_items)
+            deadline: float | None = None, offset: int = 0,
+            max_bytes: int | None = None) -> dict:
+        """``Collection.get``: each item read from its home part (``fanout.get_items``), the
+        answer then cut into pages here."""
+        got = get_items(self.current(), None if ids is None else as_id_array(ids), vectors,
+                        where)
+        return page(got, offset, (self.config["dim"] * 4 if vectors else 0) + 8, max_bytes)
 
     def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
                where: dict | None = None, deadline: float | None = None,

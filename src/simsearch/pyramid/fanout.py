@@ -162,17 +162,11 @@ class _PartCall:
         return None
 
 
-def get_items(index, ids: np.ndarray | None, vectors: bool, where: dict | None,
-              max_items: int | None = None) -> dict:
+def get_items(index, ids: np.ndarray | None, vectors: bool, where: dict | None) -> dict:
     """``Collection.get`` over a router whose parts are remote: each held id read from its
     home part, in the order asked (an id removed meanwhile is skipped); with ``ids=None``,
     every item of every part that ``where`` selects, MIPS copies skipped (sorted). Each part's
-    node bounds its own answer; more than ``max_items`` in all is ResourceExhaustedError."""
-    from ..service.errors import ResourceExhaustedError
-
-    if ids is not None and max_items is not None and ids.size > max_items:
-        raise ResourceExhaustedError(f"{ids.size} ids asked, over the {max_items} one answer "
-                                     "can carry (the server's message limit); ask for fewer")
+    node answers in pages; the caller pages the whole answer (service.paging)."""
     router = index.router
     if ids is None:
         got = {p: part.get(None, vectors, where) for p, part in enumerate(index.parts)}
@@ -186,10 +180,6 @@ def get_items(index, ids: np.ndarray | None, vectors: bool, where: dict | None,
         pos = {p: {i: r for r, i in enumerate(g["ids"].tolist())} for p, g in got.items()}
         rows = [(p, pos[p][i]) for i, p in zip(ids.tolist(), at.tolist(), strict=True)
                 if p >= 0 and i in pos[p]]
-    if max_items is not None and len(rows) > max_items:
-        raise ResourceExhaustedError(
-            f"{len(rows)} items selected, over the {max_items} one answer can carry (the "
-            "server's message limit); ask for fewer ids, or a narrower where")
     names = sorted({n for g in got.values() for n in g["attributes"]})
     x = None
     if vectors:

@@ -20,19 +20,27 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidParameterError
 from ..index import SearchResult, check_deadline
 from . import client as sync
 from .requests import ClientRequests, CollectionRequests, arun, describe_info
 
+#: calls one AsyncClient keeps in flight at most (a node sheds past its
+#: --max-concurrent-rpcs, 64 by default): a gather of hundreds of searches queues here
+MAX_IN_FLIGHT = 32
+
 
 def connect(address: str | Sequence[str], token: str | None = None, tls_ca: Any = None, *,
             timeout: float = 60.0, tls_server_name: str | None = None,
-            max_message_bytes: int | None = None, retries: bool = True) -> AsyncClient:
+            max_message_bytes: int | None = None, retries: bool = True,
+            max_in_flight: int = MAX_IN_FLIGHT) -> AsyncClient:
     """As ``simsearch.connect`` for a node or a cluster's coordinators (one address, or
     several to fail over between), with coroutine methods. Use ``async with`` (or ``await
-    client.close()``)."""
+    client.close()``). At most ``max_in_flight`` calls run at once; more wait their turn, and
+    a call the server sheds anyway is sent again after a backoff."""
     return AsyncClient(address, token, tls_ca, timeout=timeout, tls_server_name=tls_server_name,
-                       max_message_bytes=max_message_bytes, retries=retries)
+                       max_message_bytes=max_message_bytes, retries=retries,
+                       max_in_flight=max_in_flight)
 
 
 class AsyncClient(ClientRequests):
@@ -57,7 +65,7 @@ class AsyncClient(ClientRequests):
 
     def __init__(self, address, token=None, tls_ca=None, *, timeout: float = 60.0,
                  tls_server_name: str | None = None, max_message_bytes: int | None = None,
-                 retries: bool = True):
+                 retries: bool = True, max_in_flight: int = MAX_IN_FLIGHT):
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -83,24 +91,30 @@ class AsyncClient(ClientRequests):
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._max_message_bytes = max_message_bytes
         self.retry_attempts = sync.RETRY_ATTEMPTS if retries else 1
+        if not (isinstance(max_in_flight, int) and max_in_flight >= 1):
+            raise InvalidParameterError(f"max_in_flight must be an integer >= 1; got "
+                                        f"{max_in_flight!r}")
+        self._slots = asyncio.Semaphore(max_in_flight)
 
     async def _call(self, method: str, request, idempotent: bool = False,
                     deadline: float | None = None):
         """One call; an idempotent write is retried on UNAVAILABLE like the reads grpc
         retries (Client._call)."""
         attempts = self.retry_attempts if idempotent else 1
-        for attempt in range(attempts):
+        for attempt in range(sync.SHED_ATTEMPTS):
             timeout = self.timeout if deadline is None else \
                 max(0.001, min(self.timeout, deadline - time.monotonic()))
             try:
-                return await getattr(self._stub, method)(
-                    request, timeout=timeout, metadata=self._metadata,
-                    wait_for_ready=self._failover and (idempotent or method in sync._RETRIED))
+                async with self._slots:
+                    return await getattr(self._stub, method)(
+                        request, timeout=timeout, metadata=self._metadata,
+                        wait_for_ready=self._failover and (idempotent or
+                                                           method in sync._RETRIED))
             except self._grpc.aio.AioRpcError as err:
-                if attempt + 1 < attempts and err.code() == self._grpc.StatusCode.UNAVAILABLE:
-                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
-                    continue
-                raise sync.error_from(err) from None
+                wait = sync.retry_after(err, attempt, attempts)
+                if wait is None:
+                    raise sync.error_from(err) from None
+                await asyncio.sleep(wait)
 
     async def _run(self, plan, deadline: float | None = None):
         if deadline is None:

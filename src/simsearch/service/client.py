@@ -20,6 +20,7 @@ import contextvars
 import functools
 import json
 import os
+import random
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,24 @@ if TYPE_CHECKING:
 #: service config is per method and cannot tell, so Client._call does that one.
 _RETRIED = ("Search", "DescribeCollection", "ListCollections", "ServerInfo", "Snapshot")
 RETRY_ATTEMPTS = 5
+#: how often a call the server shed (past its --max-concurrent-rpcs) is sent again: it never
+#: ran, so any call may be, after a jittered backoff
+SHED_ATTEMPTS = 8
+
+
+def retry_after(err, attempt: int, idempotent_attempts: int) -> float | None:
+    """Seconds to wait before sending a failed call again, or None to give up: UNAVAILABLE
+    while ``idempotent_attempts`` last, and a call the server shed (gRPC's RESOURCE_EXHAUSTED
+    "Concurrent RPC limit exceeded", before the handler ran) up to SHED_ATTEMPTS."""
+    import grpc
+
+    code = err.code()
+    if code == grpc.StatusCode.UNAVAILABLE and attempt + 1 < idempotent_attempts:
+        return min(2.0, 0.1 * 2**attempt)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and attempt + 1 < SHED_ATTEMPTS and \
+            "Concurrent RPC limit" in (err.details() or ""):
+        return min(1.0, 0.02 * 2**attempt) * (0.5 + random.random())
+    return None
 
 
 #: an absolute time.monotonic() deadline for the calls made inside ``call_deadline``
@@ -283,15 +302,15 @@ class Client(ClientRequests):
             kw["metadata"] = metadata
         if self._failover and (idempotent or method in _RETRIED):
             kw["wait_for_ready"] = True  # with several addresses, wait for a live one
-        for attempt in range(attempts):
+        for attempt in range(SHED_ATTEMPTS):
             try:
                 return getattr(self._stub, method)(request, timeout=self._timeout(deadline),
                                                    **kw)
             except self._grpc.RpcError as err:
-                if attempt + 1 < attempts and err.code() == self._grpc.StatusCode.UNAVAILABLE:
-                    time.sleep(min(2.0, 0.1 * 2**attempt))
-                    continue
-                _raise_from(err)
+                wait = retry_after(err, attempt, attempts)
+                if wait is None:
+                    _raise_from(err)
+                time.sleep(wait)
 
     def _timeout(self, deadline: float | None = None) -> float:
         scoped = _CALL_DEADLINE.get()

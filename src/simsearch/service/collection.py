@@ -64,6 +64,7 @@ from .errors import (
     ServiceUnavailableError,
 )
 from .limits import DEFAULT_LIMITS, Limits
+from .paging import fit_rows
 from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -360,12 +361,14 @@ class Collection:
             self._rw.release_read()
 
     def get(self, ids: Any = None, vectors: bool = False, where: dict | None = None,
-            deadline: float | None = None, max_items: int | None = None) -> dict:
+            deadline: float | None = None, offset: int = 0,
+            max_bytes: int | None = None) -> dict:
         """The asked ``ids`` this collection holds, in the order asked (others are skipped),
         or with ``ids=None`` every item (sorted); of those, only the ones ``where`` selects;
         with their attributes ({name: one value per id, None where it has none}) and, when
-        ``vectors``, their stored vectors: ``{"ids", "attributes", "vectors"}``. More than
-        ``max_items`` selected: ResourceExhaustedError before any of them is read."""
+        ``vectors``, their stored vectors: ``{"ids", "attributes", "vectors", "next"}``.
+        From the ``offset``-th selected item, as many as fit ``max_bytes`` (paging.py);
+        ``next``: where the next page starts, 0 after the last."""
         with self._rw.read(deadline):
             index = self._index()
             if ids is None:
@@ -375,15 +378,15 @@ class Collection:
                 held = ids[index.contains(ids)] if ids.size else ids
             if where is not None:
                 held = held[in_sorted(self.attrs.where(where, deadline), held)]
-            if max_items is not None and held.size > max_items:
-                raise ResourceExhaustedError(
-                    f"{held.size} items selected, over the {max_items} one answer can carry "
-                    "(the server's message limit); ask for fewer ids, or a narrower where")
             if vectors and index.items != "vectors":
                 raise UnsupportedOperationError(f"collection {self.name!r} holds strings, "
                                                 "not vectors")
-            x = index.get_vectors(held) if vectors else None
-            return {"ids": held, "attributes": self.attrs.rows_of(held), "vectors": x}
+            held = held[offset:]
+            n, attrs = fit_rows(held.size, (index.dim * 4 if vectors else 0) + 8,
+                                lambda m: self.attrs.rows_of(held[:m]), max_bytes)
+            x = index.get_vectors(held[:n]) if vectors else None
+            return {"ids": held[:n], "attributes": attrs, "vectors": x,
+                    "next": offset + n if n < held.size else 0}
 
     # -- writes -----------------------------------------------------------------------------
 

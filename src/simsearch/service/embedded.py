@@ -167,7 +167,9 @@ class EmbeddedCollection:
         """As ``RemoteCollection.get``."""
         if where is not None:
             check_where(where)
-        return self._col.get(ids, vectors=vectors, where=where)
+        got = self._col.get(ids, vectors=vectors, where=where)
+        del got["next"]  # one page: no message limit in process
+        return got
 
     def remove(self, ids: Any, missing_ok: bool = False) -> int:
         return self._col.remove(as_id_array(ids), missing_ok=missing_ok)

@@ -281,20 +281,26 @@ class CollectionRequests:
         wj = c._convert.dump_params(where) if where is not None else ""
         if where is not None and not wj:
             wj = "{}"
-        if ids is None:
-            r = yield ("Get", c._pb.GetRequest(collection=self.name, all=True, vectors=vectors,
-                                               where_json=wj), True)
-            return _merge_got([r], c._convert, self.dim, vectors)
-        ids = as_id_array(ids)
-        # about 1 KiB of attributes per item assumed; the server refuses what does not fit
-        step = yield from self._rows_per_call((self.dim * 4 if vectors else 0) + _ID_BYTES
-                                              + 1024)
         got = []
+
+        def pages(**ask):  # the server answers as many as fit one message, and where to go on
+            offset = 0
+            while True:
+                r = yield ("Get", c._pb.GetRequest(collection=self.name, vectors=vectors,
+                                                   where_json=wj, pages=True, offset=offset,
+                                                   **ask), True)
+                got.append(r)
+                offset = int(r.next_offset)
+                if not offset:
+                    return
+
+        if ids is None:
+            yield from pages(all=True)
+            return _merge_got(got, c._convert, self.dim, vectors)
+        ids = as_id_array(ids)
+        step = yield from self._rows_per_call(_ID_BYTES)  # the ids asked fit the request
         for i in range(0, max(1, ids.size), step):
-            got.append((yield ("Get", c._pb.GetRequest(
-                collection=self.name, ids=np.ascontiguousarray(ids[i : i + step],
-                                                               "<i8").tobytes(),
-                vectors=vectors, where_json=wj), True)))
+            yield from pages(ids=np.ascontiguousarray(ids[i : i + step], "<i8").tobytes())
         return _merge_got(got, c._convert, self.dim, vectors)
 
     def _remove_plan(self, ids: Any, missing_ok: bool):

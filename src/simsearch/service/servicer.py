@@ -307,12 +307,17 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
                     f"--max-where-bytes of {self.limits.max_where_bytes}")
             where = convert.load_json(request.where_json, "where_json")
             check_where(where, self.limits)
-        # refused before anything is read: an answer is at least its ids (and vectors)
-        row = (col.config["dim"] * 4 if request.vectors else 0) + 8
+        budget = max(1, self.max_message_bytes - _RESPONSE_OVERHEAD)
         got = col.get(ids, vectors=request.vectors, where=where, deadline=deadline,
-                      max_items=max(0, self.max_message_bytes - _RESPONSE_OVERHEAD) // row)
+                      offset=int(request.offset), max_bytes=budget)
+        if got["next"] and not request.pages:
+            raise ResourceExhaustedError(
+                f"the items selected do not fit one answer of {budget} bytes (the server's "
+                "--max-message-bytes); ask in pages (GetRequest.pages, as the Python client "
+                "does), for fewer ids, or with a narrower where")
         out = pb.GetResponse(ids=np.ascontiguousarray(got["ids"], "<i8").tobytes(),
-                             attributes_json=convert.dump_params(got["attributes"]))
+                             attributes_json=convert.dump_params(got["attributes"]),
+                             next_offset=got["next"])
         if got["vectors"] is not None:
             convert.put_matrix(out.vectors, got["vectors"])
         return out

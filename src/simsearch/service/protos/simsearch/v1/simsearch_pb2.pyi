@@ -187,28 +187,34 @@ class SearchResponse(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., k: _Optional[int] = ..., ids: _Optional[bytes] = ..., scores: _Optional[bytes] = ..., coverage: _Optional[float] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("collection", "ids", "vectors", "where_json", "all")
+    __slots__ = ("collection", "ids", "vectors", "where_json", "all", "pages", "offset")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     WHERE_JSON_FIELD_NUMBER: _ClassVar[int]
     ALL_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     collection: str
     ids: bytes
     vectors: bool
     where_json: str
     all: bool
-    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[bytes] = ..., vectors: _Optional[bool] = ..., where_json: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+    pages: bool
+    offset: int
+    def __init__(self, collection: _Optional[str] = ..., ids: _Optional[bytes] = ..., vectors: _Optional[bool] = ..., where_json: _Optional[str] = ..., all: _Optional[bool] = ..., pages: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("ids", "vectors", "attributes_json")
+    __slots__ = ("ids", "vectors", "attributes_json", "next_offset")
     IDS_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_JSON_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ids: bytes
     vectors: Matrix
     attributes_json: str
-    def __init__(self, ids: _Optional[bytes] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., attributes_json: _Optional[str] = ...) -> None: ...
+    next_offset: int
+    def __init__(self, ids: _Optional[bytes] = ..., vectors: _Optional[_Union[Matrix, _Mapping]] = ..., attributes_json: _Optional[str] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class SnapshotChunk(_message.Message):
     __slots__ = ("collection", "config_json", "data")
