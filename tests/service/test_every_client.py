@@ -216,3 +216,61 @@ def test_get_answers_in_pages_counted_with_their_attributes(server_factory):
             assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "pages" in info.value.details()
         assert len(col) == 300
+
+
+# -- embedded mode ---------------------------------------------------------------------------
+
+def test_an_embedded_handle_of_a_dropped_collection_answers_not_found():
+    """The defect: a handle to a dropped collection kept serving it in process (a node's
+    handle answers NOT_FOUND)."""
+    from simsearch.service.errors import CollectionNotFoundError
+
+    with ss.connect(":memory:") as c:
+        col = c.create_collection("c", DIM, "l2", "flat")
+        col.add(_vec(3))
+        c.drop_collection("c")
+        for call in (lambda: col.search(_vec(1), 1), lambda: col.add(_vec(1)), lambda: len(col)):
+            with pytest.raises(CollectionNotFoundError):
+                call()
+
+
+def test_an_embedded_collection_outlives_the_client_object_that_made_it():
+    """The defect: ``connect(":memory:").create_collection(...)`` lost its store as soon as
+    the client object was collected (its directory was deleted under the collection)."""
+    import gc
+
+    col = ss.connect(":memory:").create_collection("c", DIM, "l2", "flat")
+    gc.collect()
+    col.add(_vec(5))
+    assert col.search(_vec(1), 1).ids.tolist() == [[0]]
+
+
+def test_path_memory_is_memory_and_leaves_no_folder(tmp_path, monkeypatch):
+    """The defect: ``connect(path=":memory:")`` wrote a folder named ``:memory:`` in the
+    working directory."""
+    monkeypatch.chdir(tmp_path)
+    with ss.connect(path=":memory:") as c:
+        c.create_collection("c", DIM, "l2", "flat").add(_vec(2))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_stores_of_killed_processes_are_swept(tmp_path):
+    """The defect: ``:memory:`` kept its log in /dev/shm (capped at 64 MiB in a container)
+    and a SIGKILL or SIGTERM left it there for good. Now it is in the temporary directory, and
+    the next ``:memory:`` store removes those whose process is gone."""
+    import os
+    import tempfile
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = ("import simsearch as ss, os, signal; c = ss.connect(':memory:'); "
+            "c.create_collection('c', 4, 'l2', 'flat'); os.kill(os.getpid(), signal.SIGKILL)")
+    subprocess.run([sys.executable, "-c", code], env=env, check=False, timeout=120)
+    assert len(list(tmp_path.glob("simsearch-memory-*"))) == 1
+    old = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path)
+    try:
+        with ss.connect(":memory:"):
+            assert len(list(tmp_path.glob("simsearch-memory-*"))) == 1  # its own only
+        assert list(tmp_path.glob("simsearch-memory-*")) == []
+    finally:
+        tempfile.tempdir = old

@@ -22,16 +22,28 @@ import numpy as np
 
 from ..index import SearchResult, as_id_array
 from .attributes import check_where
+from .dirlock import DirectoryLock
+from .errors import DataDirLockedError
 from .store import Store
 
 __all__ = ["EmbeddedClient", "EmbeddedCollection"]
 
 
+MEMORY_PREFIX = "simsearch-memory-"
+
+
 def _memory_dir() -> str:
-    """A private directory for ":memory:": on tmpfs where there is one (its fsyncs are free)."""
-    shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    return tempfile.mkdtemp(prefix="simsearch-memory-", dir=base)
+    """A private directory for ":memory:" in the system's temporary directory (not /dev/shm:
+    a container's shm is 64 MiB by default). The directories of processes that ended without
+    closing theirs (SIGKILL, SIGTERM) are removed here first: their lock is gone with them."""
+    base = Path(tempfile.gettempdir())
+    for stale in base.glob(MEMORY_PREFIX + "*"):
+        try:
+            DirectoryLock(stale).release()  # free: its owner is gone
+        except (DataDirLockedError, OSError):
+            continue
+        shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=MEMORY_PREFIX, dir=base)
 
 
 class EmbeddedClient:
@@ -49,6 +61,8 @@ class EmbeddedClient:
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
+        if path is not None and str(path) == ":memory:":
+            path = None  # connect(path=":memory:") means memory, not a folder named so
         self._scratch = _memory_dir() if path is None else None
         self.address = ":memory:" if path is None else str(path)
         self.store = Store(self._scratch or Path(path))
@@ -90,10 +104,10 @@ class EmbeddedClient:
         """As ``Client.create_collection``: an index of ``kind``, ``schema`` declaring
         attribute types (docs/filters.md)."""
         return EmbeddedCollection(self.store.create(name, dim, metric, kind, build_params,
-                                                    schema=schema))
+                                                    schema=schema), self)
 
     def collection(self, name: str) -> EmbeddedCollection:
-        return EmbeddedCollection(self.store.get(name))
+        return EmbeddedCollection(self.store.get(name), self)
 
     def drop_collection(self, name: str) -> None:
         self.store.drop(name)
@@ -106,7 +120,7 @@ class EmbeddedClient:
 
     def import_collection(self, name: str, config: dict[str, Any],
                           data: bytes) -> EmbeddedCollection:
-        return EmbeddedCollection(self.store.import_collection(name, config, data))
+        return EmbeddedCollection(self.store.import_collection(name, config, data), self)
 
 
 class EmbeddedCollection:
@@ -122,13 +136,20 @@ class EmbeddedCollection:
     (5, [4])
     """
 
-    def __init__(self, served):
-        self._col = served
+    def __init__(self, served, client: EmbeddedClient):
+        # the handle keeps its client (and so an in-memory store) alive, as a node's does
+        self._client = client
         c = served.config
         self.name, self.dim, self.metric, self.kind = served.name, c["dim"], c["metric"], c["kind"]
         d = served.describe()
         self.search_params = frozenset(d["search_params"])
         self.needs_training = bool(d["needs_training"])
+
+    @property
+    def _col(self):
+        """The collection of this name now, as a node's handle finds it by name on every call:
+        once dropped, CollectionNotFoundError."""
+        return self._client.store.get(self.name)
 
     def __repr__(self) -> str:
         return (f"EmbeddedCollection({self.name!r}, kind={self.kind!r}, dim={self.dim}, "
