@@ -274,3 +274,21 @@ def test_memory_stores_of_killed_processes_are_swept(tmp_path):
         assert list(tmp_path.glob("simsearch-memory-*")) == []
     finally:
         tempfile.tempdir = old
+
+
+def test_a_tokens_file_others_can_read_is_warned_about(tmp_path, caplog):
+    """The defect: a world-readable tokens file (its tokens are secrets) was read silently."""
+    import logging
+
+    from simsearch.service.auth import load_tokens
+
+    f = tmp_path / "tokens"
+    f.write_text("read-only abc\n")
+    f.chmod(0o600)
+    with caplog.at_level(logging.WARNING):
+        load_tokens(f)
+    assert "chmod 600" not in caplog.text
+    f.chmod(0o644)
+    with caplog.at_level(logging.WARNING):
+        assert load_tokens(f) == {"abc": "read-only"}
+    assert "chmod 600" in caplog.text

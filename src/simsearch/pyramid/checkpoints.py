@@ -14,7 +14,11 @@ import hashlib
 import json
 import logging
 
-from ..service.errors import ServiceUnavailableError
+from ..service.errors import (
+    AuthenticationError,
+    PermissionDeniedError,
+    ServiceUnavailableError,
+)
 from .control.errors import NotLeaderError
 from .control.etcd import Compare
 from .routerlog import log_key
@@ -80,13 +84,21 @@ def model_blob(name: str) -> str:
 def store_model(pool, name: str, incarnation: str, data: bytes, shards) -> None:
     """Put the model on ``shards`` (at least one must take it)."""
     blob = _model_header(incarnation) + data
-    took = []
+    took, refused = [], []
     for sid in shards:
         try:
             pool.client(sid).put_blob(model_blob(name), blob)
             took.append(sid)
+        except (AuthenticationError, PermissionDeniedError) as exc:
+            refused.append(sid)
+            log.error("%s: shard %d refused the coordinator's shard token: %s", name, sid, exc)
         except Exception as exc:
             log.warning("%s: model not stored on shard %d: %s", name, sid, exc)
+    if not took and refused:
+        raise PermissionDeniedError(
+            f"{name}: shards {refused} refused this coordinator's shard token; it needs the "
+            "cluster role on every shard (--shard-token-file; docs/service.md, \"Security "
+            "model\")")
     if not took:
         raise ServiceUnavailableError(f"{name}: no shard took the router's model")
 

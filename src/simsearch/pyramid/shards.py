@@ -110,6 +110,22 @@ class ShardPool:
             for c in old:
                 c.close()
             log.info("shard %d at %s", sid, addr)
+            self._check_token(sid)
+
+    def _check_token(self, sid: int) -> None:
+        """Say at once, not at the first write, when a shard refuses this coordinator's shard
+        token: a token of another role than ``cluster`` fails every part call later, opaquely
+        (a cluster-internal read, ListBlobs, asks the shard)."""
+        from ..service.errors import AuthenticationError, PermissionDeniedError
+
+        try:
+            self._probes[sid].list_blobs()
+        except (AuthenticationError, PermissionDeniedError) as exc:
+            log.error("shard %d refuses this coordinator's shard token (%s): it needs a token "
+                      "of the cluster role on every shard (--shard-token-file; "
+                      "docs/service.md, \"Security model\")", sid, exc)
+        except Exception as exc:  # noqa: BLE001 - down or slow: the health watch handles it
+            log.debug("token check of shard %d: %r", sid, exc)
 
     def client(self, sid: int):
         """The client of shard ``sid`` (ServiceUnavailableError if it never registered)."""
