@@ -39,18 +39,37 @@ KINDS = {
     "ipnsw-plus-quantized": ("ipnsw-plus", "ip", {"M": 8, "fast_scan": True}),
     "pyramid": ("pyramid", "ip", {"n_centers": 8, "n_partitions": 2, "mips_replicas": 4,
                                   "sub_index": "flat"}),
+    # an encoder's weights, offsets into the strings' text, and the embeddings' own index
+    "strings": ("strings", "edit", {"index": "flat"}),
 }
 _PREFIX = struct.Struct("<8sIIQ")
 _TRAILER = struct.Struct("<I8s")
+
+
+def items(kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(N items, 3 queries) of the kind: long-tailed vectors, or DNA-like strings."""
+    if KINDS[kind][0] == "strings":
+        from string_fixture import strings
+
+        base, queries = strings(N, 3)
+        return base, queries
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((N, DIM)) * rng.lognormal(0, 0.5, (N, 1))).astype(np.float32)
+    return x, np.random.default_rng(1).standard_normal((3, DIM)).astype(np.float32)
 
 
 def build(kind: str) -> bytes:
     import simsearch as ss
 
     name, metric, params = KINDS[kind]
-    rng = np.random.default_rng(0)
-    x = (rng.standard_normal((N, DIM)) * rng.lognormal(0, 0.5, (N, 1))).astype(np.float32)
-    idx = ss.create_index(name, DIM, metric, **params)
+    x, _ = items(kind)
+    if name == "strings":
+        from simsearch.strings import CNNEDEncoder
+
+        enc = CNNEDEncoder(alphabet="acgt", max_len=16, embed_dim=8, seed=0).fit(
+            x[:200].tolist(), epochs=1, n_train=200, n_neighbors=10, progress=False)
+        params = {**params, "encoder": enc}
+    idx = ss.create_index(name, 0 if name == "strings" else DIM, metric, **params)
     if idx.needs_training:
         idx.train(x)
     idx.add(x, ids=np.arange(N) * 3)
@@ -142,7 +161,7 @@ def _child(kind: str, first: int, n: int, seed: int) -> None:
     from simsearch.errors import CorruptIndexError, SimsearchError
 
     data = build(kind)
-    q = np.random.default_rng(1).standard_normal((3, DIM)).astype(np.float32)
+    q = items(kind)[1]
     for i in range(first, n):
         print(f"start {i}", flush=True)
         blob = mutate(data, np.random.default_rng([seed, i]))

@@ -15,7 +15,7 @@ import pytest
 
 from filefuzz import KINDS, run
 
-#: mutated files per kind (10 kinds: 5,000 files)
+#: mutated files per kind (12 kinds, strings among them: 6,000 files)
 PER_KIND = int(os.environ.get("SIMSEARCH_FILE_FUZZ", "500"))
 
 
@@ -49,3 +49,37 @@ def test_hnswlib_own_files_load_through_the_checks(tmp_path, space):
     np.testing.assert_array_equal(g.knn_query(x[:20], 5)[0], h.knn_query(x[:20], 5)[0])
     with pytest.raises(ValueError):
         hnswlib_from_saved(blob[:-1], space, 8, 500)  # truncated: refused, not read past
+
+
+def test_a_crafted_encoder_header_is_refused_before_its_network_is_allocated(monkeypatch):
+    """The defect: a 1.6 KB CNN-ED encoder file whose header asked for a huge network was
+    built (``CNNEDEncoder.loads`` peaked at 1.5 GB, a node grew by 0.7-1 GB per Train or
+    restore) before its arrays were compared with it. Now the network is sized on torch's
+    meta device first; here no network may be built in memory for such a file (on the code
+    before, this 2 KB file built a network of 537 million weights, 2.1 GB, before
+    load_state_dict refused it)."""
+    import json
+
+    from filefuzz import _PREFIX, _seal
+
+    from simsearch.errors import CorruptIndexError
+    from simsearch.strings import CNNEDEncoder
+
+    enc = CNNEDEncoder(alphabet="acgt", max_len=16, embed_dim=8, seed=0)
+    enc._build()
+    enc.mean_distance = 1.0  # weights as initialised: a valid file to craft from
+    data = enc.to_bytes()
+    _, _, hlen, plen = _PREFIX.unpack_from(data, 0)
+    body = bytearray(data[_PREFIX.size:_PREFIX.size + hlen + plen])
+    header = json.loads(bytes(body[:hlen]))
+    header["params"].update(max_len=1 << 16, channels=512)  # ~ 10^9 weights asked for
+    text = json.dumps(header).encode()
+    crafted = _seal(bytearray(text) + body[hlen:], len(text))
+    assert len(crafted) < 64 << 10
+    built = []
+    real = CNNEDEncoder._build
+    monkeypatch.setattr(CNNEDEncoder, "_build",
+                        lambda self, *a: built.append(a[0] if a else None) or real(self, *a))
+    with pytest.raises(CorruptIndexError, match="do not match"):
+        CNNEDEncoder.loads(crafted)
+    assert None not in built  # sized on the meta device only

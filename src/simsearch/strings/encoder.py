@@ -101,12 +101,18 @@ class CNNEDEncoder:
     def dim(self) -> int:
         return self.embed_dim
 
-    def _build(self):
+    def _build(self, device: str | None = None):
+        """The network for these parameters (``device="meta"``: shapes only, no memory)."""
+        import torch
+
         from .model import CNNEDNet
 
-        self._net = CNNEDNet(len(self.alphabet), self.max_len, self.embed_dim, self.n_layers,
-                             self.channels, self.global_channels, self.profile)
-        return self._net
+        with torch.device(device or "cpu"):
+            net = CNNEDNet(len(self.alphabet), self.max_len, self.embed_dim, self.n_layers,
+                           self.channels, self.global_channels, self.profile)
+        if device is None:
+            self._net = net
+        return net
 
     def fit(self, strings: list[str], epochs: int = 10, batch_size: int = 64,
             n_train: int | None = None, n_neighbors: int = 100, neighbours: str = "pool",
@@ -255,6 +261,14 @@ class CNNEDEncoder:
                 raise ValueError(f"holds a {header.get('class')!r}, not a {FILE_CLASS!r}")
             # files written before the global branch and the profile path
             enc = cls(**{"global_channels": 0, "profile": False, **header["params"]})
+            # the header's network sized without allocating it: a crafted header asking for a
+            # huge one (a 1.6 KB file peaked at 1.5 GB) must fail before anything is allocated
+            want = {k: tuple(v.shape) for k, v in enc._build("meta").state_dict().items()}
+            have = {k: tuple(a.shape) for k, a in arrays.items()}
+            if want != have:
+                n = sum(int(np.prod(s)) for s in want.values())
+                raise ValueError(f"its header describes a network of {n} weights that the "
+                                 "arrays it holds do not match")
             enc._build()
             state_from_numpy(enc._net, arrays)
             enc._net.eval()

@@ -215,12 +215,19 @@ class StringIndex(Index):
             return
         enc_arrays = {k.split("/", 1)[1]: v for k, v in arrays.items()
                       if k.startswith("encoder/")}
-        self._train(CNNEDEncoder._from_state(meta["encoder"], enc_arrays, "the encoder"))
+        encoder = CNNEDEncoder._from_state(meta["encoder"], enc_arrays, "the encoder")
+        self._train(encoder)
         self._vectors = loads_vector_index(arrays["vectors"])
+        if self._vectors.dim != encoder.embed_dim:
+            raise ValueError(f"the embeddings' index has dim {self._vectors.dim}, the encoder "
+                             f"embeds in {encoder.embed_dim}")
         text, off = arrays["text"].tobytes(), arrays["offsets"]
         ids = self._idset.sorted.tolist()
-        if off.shape != (len(ids) + 1,):
-            raise ValueError("the string offsets do not match the ids held")
+        # offsets start at 0, never go back and end at the text's end: otherwise strings
+        # would be served cut or from another item's bytes
+        if off.shape != (len(ids) + 1,) or off[0] != 0 or off[-1] != len(text) or \
+                (np.diff(off) < 0).any():
+            raise ValueError("the string offsets do not match the ids held and the text")
         self._strings = {i: text[off[j] : off[j + 1]].decode("utf-8") for j, i in enumerate(ids)}
         if not np.array_equal(self._vectors.ids(), self._idset.sorted):
             raise ValueError("the embeddings' ids do not match the strings' ids")
