@@ -61,7 +61,6 @@ def test_a_crafted_encoder_header_is_refused_before_its_network_is_allocated(mon
     import json
 
     from filefuzz import _PREFIX, _seal
-
     from simsearch.errors import CorruptIndexError
     from simsearch.strings import CNNEDEncoder
 
