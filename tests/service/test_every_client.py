@@ -292,3 +292,28 @@ def test_a_tokens_file_others_can_read_is_warned_about(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert load_tokens(f) == {"abc": "read-only"}
     assert "chmod 600" in caplog.text
+
+
+def test_more_collections_than_open_files_do_not_stop_the_node(tmp_path):
+    """The defect: one open log per collection and no cap: past ``ulimit -n`` a restart failed
+    as a whole (OSError EMFILE out of the store). Now a log opens its file at its first append
+    and keeps it open only while fewer than half the open-file limit's logs do: 80 collections
+    under a limit of 72 files all open, take writes and read them back."""
+    with ss.connect(path=tmp_path) as c:
+        for i in range(80):
+            c.create_collection(f"c{i:02d}", 4, "l2", "flat").add(np.ones((1, 4), np.float32))
+    code = '''
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (72, 72))
+import numpy as np
+import simsearch as ss
+with ss.connect(path=sys.argv[1]) as c:
+    for name in c.list_collections():
+        c.collection(name).add(np.ones((2, 4), np.float32))
+with ss.connect(path=sys.argv[1]) as c:
+    print(sum(len(c.collection(name)) for name in c.list_collections()))
+'''
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == 80 * 3

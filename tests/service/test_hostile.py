@@ -89,8 +89,9 @@ def test_keyword_values_of_any_content_survive_replay_snapshot_and_copy(tmp_path
 def test_attribute_files_written_before_numbered_columns_still_load(tmp_path):
     t = AttributeTable()
     t.add(np.array([1, 2]), t.check({"g": ["x", None], "n": [1, 2]}, 2))
-    arrays = {"ids": t.ids}
-    for name, col in t.cols.items():
+    cols = t.file_arrays()
+    arrays = {"ids": cols.pop("")["ids"]}
+    for name, col in cols.items():
         for key, arr in col.items():
             arrays[f"{name}\x00{key}"] = arr
     write_index_file(tmp_path / "old.bin", {"class": FORMAT, "schema": t.schema,

@@ -71,3 +71,22 @@ def test_observe_asks_for_one_name_not_the_list():
     got = {s.labels["collection"]: s.value for s in m.requests.collect()[0].samples
            if s.name.endswith("_total")}
     assert got == {"a": 1.0, "": 1.0}
+
+
+def test_a_dropped_collection_leaves_no_series_behind(server_factory):
+    """The defect: the request counter kept a label set for every collection a node ever
+    held, dropped ones included (a node that creates and drops collections all day grows its
+    scrape without bound)."""
+    server = server_factory("--metrics-port", "0")
+    port = json.loads((server.data_dir.parent / f"{server.data_dir.name}.ready").read_text())[
+        "metrics_port"]
+    c = server.client()
+    for i in range(3):
+        col = c.create_collection(f"tmp{i}", 4, "l2", "flat")
+        col.add(np.ones((2, 4), np.float32))
+        col.search(np.ones((1, 4), np.float32), 1)
+        c.drop_collection(f"tmp{i}")
+    c.create_collection("kept", 4, "l2", "flat").add(np.ones((2, 4), np.float32))
+    text = _scrape(port)
+    assert 'collection="kept"' in text
+    assert not any(f'collection="tmp{i}"' in text for i in range(3))

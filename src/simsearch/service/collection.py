@@ -274,7 +274,13 @@ class Collection:
         self.attrs = attrs
         self._keep_state(state)
         self._snapshot_bytes = (self.path / f"snapshot-{g}.idx").stat().st_size if g else 0
-        self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
+        try:
+            self._wal = WriteAheadLog(self.path / f"wal-{g}.log")
+        except OSError as exc:  # out of file descriptors: this collection, not the node
+            self._mark_damaged(f"collection {self.name!r} could not open its log ({exc})", exc,
+                               "its files are intact: raise the node's open-file limit "
+                               "(ulimit -n) and restart it")
+            return
         log.info(
             "collection %s: %d items (generation %d, %d log records)",
             self.name,

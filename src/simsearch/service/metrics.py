@@ -7,6 +7,8 @@ Per-collection gauges are read from the store at scrape time, not kept up to dat
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -66,13 +68,30 @@ class ServiceMetrics:
             self.registry.register(collector)
         self._store = store
         self._http = None
+        #: the (rpc, code) label pairs each collection has used, so that a drop can forget them
+        self._seen: dict[str, set[tuple[str, str]]] = {}
+        self._seen_lock = threading.Lock()
 
     def observe(self, rpc: str, code: str, collection: str, seconds: float) -> None:
         # unknown names (a client's typo, a fuzzer) would grow the label set without bound
         if collection and not self._store.has(collection):
             collection = ""
+        if collection:
+            pairs = self._seen.get(collection)
+            if pairs is None or (rpc, code) not in pairs:
+                with self._seen_lock:
+                    self._seen.setdefault(collection, set()).add((rpc, code))
         self.requests.labels(rpc, code, collection).inc()
         self.latency.labels(rpc).observe(seconds)
+
+    def forget(self, collection: str) -> None:
+        """Drop a dropped collection's label sets: a node that creates and drops collections
+        all day must not keep a series for every name it ever held."""
+        with self._seen_lock:
+            pairs = self._seen.pop(collection, set())
+        for rpc, code in pairs:
+            with contextlib.suppress(KeyError):
+                self.requests.remove(rpc, code, collection)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Start the HTTP exposition; returns the bound port (0 picks a free one)."""

@@ -206,6 +206,8 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
     @_rpc
     def DropCollection(self, request, context, deadline):
         self.store.drop(request.name)
+        if self.metrics is not None:
+            self.metrics.forget(request.name)
         return pb.DropCollectionResponse()
 
     @_rpc

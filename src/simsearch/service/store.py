@@ -139,6 +139,7 @@ class Store:
         with self._lock:
             if name in self._collections:
                 raise CollectionExistsError(f"a collection named {name!r} exists already")
+
             tmp = self.root / f".create-{uuid.uuid4().hex}"
             tmp.mkdir()
             config = {"dim": dim, "metric": metric, "kind": kind, "params": params}

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import struct
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from .._durable import atomic_write
 from ..errors import CorruptIndexError
@@ -155,16 +157,52 @@ def _scan_legacy(buf: memoryview) -> tuple[list[Record], int, bool]:
     return records, pos, False
 
 
+def _open_log_cap() -> int:
+    """How many logs may stay open between appends: half this process's open-file limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(4, (soft if soft != resource.RLIM_INFINITY else 1 << 20) // 2)
+
+
+_open_logs = 0  # logs holding their file open between appends, in this process
+_open_logs_lock = threading.Lock()
+
+
 class WriteAheadLog:
-    """One log file, opened for appending. Appends are serialized and fsynced."""
+    """One log file, appended to. Appends are serialized and fsynced.
+
+    The file is opened at the first append, not before, and stays open while fewer logs than
+    half the process's open-file limit do; past that, each append opens and closes it. A node
+    with more collections than it may open files starts and serves them all (one open log per
+    collection made a restart past ``ulimit -n`` fail as a whole)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         if not self.path.exists() or self.path.stat().st_size == 0:
             atomic_write(self.path, lambda f: f.write(FILE_MAGIC))
-        self._f = open(self.path, "ab")
-        self._end = self._f.tell()  # the end of the last whole record
+        self._f: BinaryIO | None = None
+        self._keep = False  # whether _f counts among the logs kept open
+        self._end = self.path.stat().st_size  # the end of the last whole record
         self._lock = threading.Lock()
+
+    def _file(self) -> BinaryIO:
+        global _open_logs
+        if self._f is None:
+            self._f = open(self.path, "ab")  # noqa: SIM115 - kept (or closed by _release)
+            with _open_logs_lock:
+                self._keep = _open_logs < _open_log_cap()
+                _open_logs += self._keep
+        return self._f
+
+    def _release(self, force: bool = False) -> None:
+        """Close the file after an append unless it is one of the logs kept open."""
+        global _open_logs
+        if self._f is not None and (force or not self._keep):
+            self._f.close()
+            self._f = None
+            if self._keep:
+                with _open_logs_lock:
+                    _open_logs -= 1
+                self._keep = False
 
     @staticmethod
     def recover(path: str | os.PathLike) -> tuple[list[Record], bool]:
@@ -202,32 +240,38 @@ class WriteAheadLog:
         rec = encode(op, meta, blobs)
         with self._lock:
             try:
-                if self._f.tell() != self._end:  # an earlier failed append left bytes behind
+                f = self._file()
+                if f.tell() != self._end:  # an earlier failed append left bytes behind
                     self._cut()
-                self._f.write(rec)
-                self._f.flush()
+                f.write(rec)
+                f.flush()
                 if sync:
-                    os.fsync(self._f.fileno())
+                    os.fsync(f.fileno())
             except OSError:
                 try:
                     self._cut()
                 except OSError:
                     pass
                 raise
+            finally:
+                self._release()
             self._end += len(rec)
 
     def cut_to(self, end: int) -> None:
         """Take the records after ``end`` (a size() read before them) out of the log again."""
         with self._lock:
             self._end = end
-            self._cut()
+            try:
+                self._cut()
+            finally:
+                self._release()
 
     def _cut(self) -> None:
-        self._f.truncate(self._end)
-        self._f.seek(self._end)
-        os.fsync(self._f.fileno())
+        f = self._file()
+        f.truncate(self._end)
+        f.seek(self._end)
+        os.fsync(f.fileno())
 
     def close(self) -> None:
         with self._lock:
-            if not self._f.closed:
-                self._f.close()
+            self._release(force=True)
