@@ -517,3 +517,24 @@ def test_a_string_index_file_of_the_old_form_loads(encoder, clustered, tmp_path)
         "index": "hnsw", "encoder": {"max_len": 8}, "M": 8}}, {})
     u = ss.load(tmp_path / "untrained.idx")
     assert isinstance(u, StringIndex) and not u.is_trained and u.index_params == {"M": 8}
+
+
+def test_string_files_whose_parts_disagree_are_refused(encoder, clustered):
+    """The defect: a string index file whose embeddings came from an index of another
+    dimension than its encoder's, or whose string offsets were moved, loaded, then failed every
+    search (the first) or served strings cut from other items' bytes (the second). Each file
+    here is re-sealed with a valid checksum: only the consistency checks can refuse it."""
+    from simsearch.fileformat import read_index_bytes, write_index_bytes
+
+    idx = StringIndex(encoder=encoder, index="flat")
+    idx.add(clustered[:50])
+    header, arrays = read_index_bytes(bytearray(idx.to_bytes()))
+    other = ss.FlatIndex(encoder.embed_dim + 1, "l2")
+    other.add(np.ones((50, encoder.embed_dim + 1), np.float32))
+    off = arrays["offsets"].copy()
+    off[10] = off[12]  # a string's bytes taken from its neighbour's
+    for bad in ({"vectors": np.frombuffer(other.to_bytes(), np.uint8)}, {"offsets": off},
+                {"offsets": arrays["offsets"] + 1}):
+        with pytest.raises(errors.CorruptIndexError):
+            ss.loads(write_index_bytes(header, {**arrays, **bad}))
+    assert ss.loads(write_index_bytes(header, arrays)).get_strings([10]) == [clustered[10]]

@@ -457,7 +457,15 @@ class AttributeTable:
         """The ids (sorted) of the items matching a ``where`` filter; DeadlineExceededError
         once ``deadline`` (time.monotonic()) passes during the evaluation."""
         mask = self._eval(expr, "where", deadline) & self._alive.view()
-        return np.sort(self._rid.view()[mask])
+        count = int(np.count_nonzero(mask))
+        if count * 16 < self._n:  # few: sorting them is cheaper than walking the index
+            return np.sort(self._rid.view()[mask])
+        # many: the sorted index in order, then the tail's few merged in
+        out = self._skeys[mask[self._srows]]
+        if self._tail < self._n:
+            tail = np.sort(self._rid.arr[self._tail : self._n][mask[self._tail : self._n]])
+            out = np.insert(out, np.searchsorted(out, tail), tail)
+        return out
 
     def _eval(self, expr: Any, at: str, deadline: float | None = None) -> np.ndarray:
         if deadline is not None and time.monotonic() > deadline:

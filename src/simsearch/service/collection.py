@@ -196,8 +196,11 @@ class Collection:
     part_replica = False  # the class says what a collection is (service.protocols)
 
     def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
-                 limits: Limits = DEFAULT_LIMITS):
+                 limits: Limits = DEFAULT_LIMITS, durable: bool = True):
         self.name = name
+        # False (":memory:"): the log is written but never fsynced; it lives as long as the
+        # process, and only serves to undo a write that failed while applied
+        self.durable = durable
         self.limits = limits
         self.path = path
         self.snapshot_wal_bytes = snapshot_wal_bytes
@@ -426,7 +429,7 @@ class Collection:
         searchable, to be saved by the next snapshot and duplicated by the caller's retry."""
         mark = self._wal.size()
         try:
-            self._wal.append(op, meta, blobs, sync)
+            self._wal.append(op, meta, blobs, sync and self.durable)
         except OSError as exc:
             raise _disk_error(exc, self.name, "the write was not made") from None
         with self._rw.write():

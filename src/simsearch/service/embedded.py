@@ -65,7 +65,7 @@ class EmbeddedClient:
             path = None  # connect(path=":memory:") means memory, not a folder named so
         self._scratch = _memory_dir() if path is None else None
         self.address = ":memory:" if path is None else str(path)
-        self.store = Store(self._scratch or Path(path))
+        self.store = Store(self._scratch or Path(path), durable=path is not None)
         self._closed = False
 
     def __repr__(self) -> str:

@@ -67,9 +67,10 @@ class Store:
 
     def __init__(
         self, data_dir: str | os.PathLike, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits = DEFAULT_LIMITS, durable: bool = True,
     ):
         self.limits = limits
+        self.durable = durable  # False: a ":memory:" store, whose logs are never fsynced
         # before anything is read or cleaned up: the temporary directories below are another
         # owner's writes in flight if there is one
         self._dir_lock = DirectoryLock(data_dir)
@@ -101,9 +102,9 @@ class Store:
             part = False
         part = part or any(path.glob("part-*.json"))
         col = (PartReplica if part else Collection)(name, path, self.snapshot_wal_bytes,
-                                                    self.limits)
+                                                    self.limits, self.durable)
         if not part and col.part_records:
-            col = PartReplica(name, path, self.snapshot_wal_bytes, self.limits)
+            col = PartReplica(name, path, self.snapshot_wal_bytes, self.limits, self.durable)
         return col
 
     def get(self, name: str) -> Collection:
