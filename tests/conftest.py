@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # lets tests import the shared `contract` cases
+# the test harness (tests/support: the contract cases, node and cluster processes, fault
+# loads, history checks, the file fuzz) is imported by name from every test directory
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 #: fault tests that must run where CI runs them (root, namespaces, etcd): with
 #: SIMSEARCH_REQUIRE_FAULT_TESTS=1 (set by .ci/run) a skip of one of them, or of its whole

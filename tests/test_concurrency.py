@@ -1,5 +1,5 @@
 """Searches overlapping writes (docs/architecture.md, "Concurrency"), for every kind in
-tests/concurrency.py; each stress runs in a child process so a crash fails the test only."""
+tests/support/concurrency.py; each stress runs in a child process so a crash fails the test only."""
 
 from __future__ import annotations
 
@@ -28,4 +28,4 @@ def test_searches_during_writes(case_id, metric):
 
 def test_every_kind_joins():
     missing = set(index_kinds()) - set(ALL)
-    assert not missing, f"kinds missing from tests/contract.py (and so this suite): {missing}"
+    assert not missing, f"kinds missing from tests/support/contract.py (and so this suite): {missing}"

@@ -1,4 +1,4 @@
-"""The Index contract (docs/architecture.md), checked over every index kind in tests/contract.py."""
+"""The Index contract (docs/architecture.md), checked over every index kind in tests/support/contract.py."""
 
 from __future__ import annotations
 
@@ -331,7 +331,7 @@ def test_interrupted_save_keeps_old_file(case, metric, data, tmp_path, monkeypat
 
 def test_every_registered_kind_is_in_the_suite():
     missing = set(ss.index_kinds()) - {c.id for c in CASES}
-    assert not missing, f"add a Case line to tests/contract.py for: {sorted(missing)}"
+    assert not missing, f"add a Case line to tests/support/contract.py for: {sorted(missing)}"
 
 
 # bad values of every search parameter a kind declares: each must be refused with a typed error

@@ -4,7 +4,7 @@ The defect: imported index bytes reached hnswlib's ``__setstate__``, faiss and n
 built without bounds checks. Run on the code before these checks (2026-11-27), 300 mutated
 files per kind crashed the child process 48 times for hnsw (segfaults in hnswlib), 8-9 times
 for ip-NSW+ and once for Pyramid (an abort), and 22 more cases failed with untyped errors
-(IndexError, ValueError) instead of CorruptIndexError. The harness is tests/filefuzz.py.
+(IndexError, ValueError) instead of CorruptIndexError. The harness is tests/support/filefuzz.py.
 """
 
 from __future__ import annotations

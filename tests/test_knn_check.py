@@ -1,4 +1,4 @@
-"""tests/knn_check.py itself: it must reject what it exists to catch (a tie-aware check that
+"""tests/support/knn_check.py itself: it must reject what it exists to catch (a tie-aware check that
 passes everything would make the kernel tests that use it unable to fail)."""
 
 from __future__ import annotations

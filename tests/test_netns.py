@@ -1,4 +1,4 @@
-"""The network-namespace harness (tests/netns.py) that the cluster fault tests run on."""
+"""The network-namespace harness (tests/support/netns.py) that the cluster fault tests run on."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
 """simsearch: vector similarity search for MIPS, quantized, sharded and string workloads."""
 
 from . import errors
+from ._version import __version__
 from .auto import AutoIndex, auto_index
 from .flat import FlatIndex
 from .hnsw import HNSWIndex
 from .index import MAX_ID, Index, SearchResult, create_index, index_kinds, load, loads
 from .normscan import NormIVFIndex, NormScanIndex
 from .service.client import connect  # imports grpc only when called
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AutoIndex",

@@ -4,6 +4,7 @@ crash (docs/architecture.md, "Persistence")."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -35,3 +36,13 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """``atomic_write`` of ``data``."""
+    atomic_write(path, lambda f: f.write(data))
+
+
+def write_json(path: str | os.PathLike, value: object) -> None:
+    """``atomic_write`` of ``value`` as JSON."""
+    write_bytes(path, json.dumps(value).encode())

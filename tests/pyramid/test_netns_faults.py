@@ -1,6 +1,6 @@
 """Faults across simulated hosts: etcd, every shard and every coordinator on its own network
-namespace (tests/netns.py, tests/netcluster.py), under a steady write + read load
-(tests/faultload.py). What single-box tests cannot show: a leader SIGKILLed under writes, a
+namespace (tests/support/netns.py, tests/support/netcluster.py), under a steady write + read load
+(tests/support/faultload.py). What single-box tests cannot show: a leader SIGKILLed under writes, a
 leader's host cut off for 10 s, a shard added and drained under load (docs/cluster.md,
 "Failure model"). Skips with the reason where namespaces cannot be made (not root, no iproute2).
 """
@@ -124,7 +124,8 @@ def test_partition_of_the_leader_host(cluster):
     old = cluster.leader()
     host = cluster.hosts[old]
     probe_log: list = []
-    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tests_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "support")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     probe = host.run([sys.executable, "-c", ACK_PROBE, cluster.address(old), str(DIM), str(SEED),
                       tests_dir], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -250,7 +251,7 @@ def test_leader_cut_from_etcd_only(cluster):
     lease TTLs, under updates and removes: the leader still reaches the shards, so writes it
     has in flight do reach them, but it cannot commit them (the log append is fenced in etcd)
     and, once the new leader has fenced the replicas, cannot prepare more. Judged by the
-    clients' histories (tests/history.py): every id's state explained, replicas agree, no
+    clients' histories (tests/support/history.py): every id's state explained, replicas agree, no
     ghosts. Defect it catches: unfenced part writes from a deposed leader that can still reach
     the shards (seen failing before fenced part writes: ghosts and replicas that differ)."""
     from history import History

@@ -90,7 +90,7 @@ class EmbeddedClient:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     def server_info(self) -> dict[str, Any]:
-        from .. import __version__
+        from .._version import __version__
         from ..index import index_kinds
 
         return {"version": __version__, "max_message_bytes": 0, "index_kinds": index_kinds()}

@@ -9,7 +9,6 @@ NOT_SERVING, new calls are refused, calls in flight get ``--grace`` seconds, log
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from .._durable import write_json
 from .auth import TokenAuthInterceptor, load_tokens
 from .limits import DEFAULT_LIMITS, Limits
 from .protocols import CollectionStore
@@ -238,12 +238,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _write_ready_file(path: str, info: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(info, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json(path, info)  # atomic: a reader sees no file or the whole one
 
 
 def run_serve(args: argparse.Namespace, store: CollectionStore | None = None,

@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from .. import __version__
+from .._version import __version__
 from ..errors import (
     InvalidFilterError,
     InvalidParameterError,

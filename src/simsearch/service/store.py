@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 
 from .. import _faults
-from .._durable import atomic_write, fsync_dir
+from .._durable import atomic_write, fsync_dir, write_bytes, write_json
 from ..errors import InvalidParameterError
 from ..index import create_index
 from .attributes import check_schema
@@ -150,11 +150,7 @@ class Store:
                 config["part_replica"] = True
             if incarnation:
                 config["incarnation"] = str(incarnation)
-            with open(tmp / "collection.json", "w") as f:
-                json.dump(config, f)
-                f.flush()
-                os.fsync(f.fileno())
-            fsync_dir(tmp)
+            write_json(tmp / "collection.json", config)
             os.rename(tmp, self.root / name)
             fsync_dir(self.root)
             col = self._open(name, self.root / name)
@@ -183,22 +179,11 @@ class Store:
                 if part_state is not None:
                     st = FencedState.from_json(part_state)
                     st.raise_term(fence_term)
-                    with open(tmp / "part-1.json", "w") as f:
-                        json.dump(st.to_json(), f)
-                        f.flush()
-                        os.fsync(f.fileno())
-                with open(tmp / "collection.json", "w") as f:
-                    json.dump(config, f)
-                    f.flush()
-                    os.fsync(f.fileno())
-                snap = tmp / "snapshot-1.idx"
-                with open(snap, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    write_json(tmp / "part-1.json", st.to_json())
+                write_json(tmp / "collection.json", config)
+                write_bytes(tmp / "snapshot-1.idx", data)
                 if attributes is not None:
-                    atomic_write(tmp / "attrs-1.bin",
-                                 lambda f: f.write(base64.b64decode(attributes)))
+                    write_bytes(tmp / "attrs-1.bin", base64.b64decode(attributes))
                 self._check_openable(name, tmp, config)  # before the old copy is touched
                 fsync_dir(tmp)
             except BaseException:

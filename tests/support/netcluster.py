@@ -1,5 +1,5 @@
 """A Pyramid cluster on simulated hosts: etcd, every shard and every coordinator on its own
-network namespace (tests/netns.py), started through the CLI (docs/cluster.md):
+network namespace (tests/support/netns.py), started through the CLI (docs/cluster.md):
 
     simsearch cluster shard       --etcd URL --cluster NAME --host IP --port P --data-dir DIR
     simsearch cluster coordinator --etcd URL --cluster NAME --host IP --port P --lease-ttl S

@@ -5,7 +5,7 @@ crashing the process (docs/architecture.md, "Persistence").
 Most mutations re-seal the file's checksum, so they reach the validators behind it (a file
 restored from an untrusted backup carries a valid checksum); the rest test the checksum itself.
 
-    python tests/filefuzz.py --n 5000          # prints a summary line per kind
+    python tests/support/filefuzz.py --n 5000          # prints a summary line per kind
 
 The child reports each case before it runs it, so a case that kills the process (a segfault in
 native code) is named, counted, and the run goes on in a new child from the next case.
