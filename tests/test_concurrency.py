@@ -28,4 +28,4 @@ def test_searches_during_writes(case_id, metric):
 
 def test_every_kind_joins():
     missing = set(index_kinds()) - set(ALL)
-    assert not missing, f"kinds missing from tests/support/contract.py (and so this suite): {missing}"
+    assert not missing, f"kinds missing from tests/support/contract.py (and this suite): {missing}"

@@ -1,4 +1,5 @@
-"""The Index contract (docs/architecture.md), checked over every index kind in tests/support/contract.py."""
+"""The Index contract (docs/architecture.md), checked over every index kind in
+tests/support/contract.py."""
 
 from __future__ import annotations
 

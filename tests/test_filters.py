@@ -1,4 +1,5 @@
-"""Filtered search (docs/filters.md) over every index kind in tests/support/contract.py: results hold only
+"""Filtered search (docs/filters.md) over every index kind in tests/support/contract.py:
+results hold only
 allowed, non-denied ids; exact kinds equal numpy's filtered exact top-k; approximate kinds keep
 their recall at every selectivity (the planner); bad filters are typed errors."""
 

@@ -1,4 +1,5 @@
-"""The data plane under faults, judged by what the clients saw (tests/support/history.py): a local cluster
+"""The data plane under faults, judged by what the clients saw (tests/support/history.py):
+a local cluster
 (3 coordinators, 3 shards, 2 replicas, processes on loopback) under upserts of versioned vectors
 and removes of a fixed set of ids, while a fault is injected. After each fault: every id's state
 is explained by its history, replicas agree, no ghosts, and searches succeed again soon after the

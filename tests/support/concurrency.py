@@ -1,9 +1,11 @@
 """The concurrency suite (docs/architecture.md, "Concurrency"): readers search (one of them with
-allow/deny filters) while a writer adds, removes and saves. Every kind in tests/support/contract.py joins
+allow/deny filters) while a writer adds, removes and saves. Every kind in
+tests/support/contract.py joins
 it through its one ``Case`` line; targets that are not an Index kind (the remote client) join
 with one line in ``EXTRA``.
 
-The stress runs in a child process (``python tests/support/concurrency.py CASE METRIC``), so a crash of the
+The stress runs in a child process (``python tests/support/concurrency.py CASE METRIC``), so a
+crash of the
 process (a heap corruption in a native library) fails one test instead of ending the run. The child
 prints one JSON line that tests/test_concurrency.py checks.
 """
