@@ -15,11 +15,15 @@ demo: $(PY)
 	$(PIP) install -q -e ".[bench,strings]"
 	$(VENV)/bin/simsearch demo
 
+# the suite runs on every core (pytest-xdist), a test file to a worker: a file's module-scoped
+# nodes and clusters are made once; TEST_WORKERS=0 runs it in this process alone
+TEST_WORKERS ?= auto
+
 test: $(PY)
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy tests/static
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(PY)
 	$(VENV)/bin/ruff check src tests bench
