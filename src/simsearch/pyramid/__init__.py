@@ -1,5 +1,6 @@
 """Pyramid: meta-HNSW partitioning and sharded search (docs/cluster.md)."""
 
-from .index import PartUnavailableError, PyramidIndex
+from .control.errors import PartUnavailableError
+from .index import PyramidIndex
 
 __all__ = ["PartUnavailableError", "PyramidIndex"]

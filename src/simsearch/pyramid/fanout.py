@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import SimsearchError
 from ..index import SearchResult
+from .control.errors import PartUnavailableError
 
 if TYPE_CHECKING:
     from .parts import RemotePart
@@ -30,7 +31,6 @@ def search_parts(calls: list, k: int, deadline: float | None = None) -> list:
     every part's call, then wait for all of them in this thread (no thread hop per part). Per
     call: its SearchResult, or the PartUnavailableError of a part that could not answer.
     ``params`` may hold per-query values (``Index.search``)."""
-    from .index import PartUnavailableError
 
     done = threading.Event()
     results: list = [None] * len(calls)
@@ -66,7 +66,6 @@ class _PartCall:
     def __init__(self, part: RemotePart, q: np.ndarray, k: int, params: dict,
                  done: threading.Event, deadline: float | None = None):
         from ..service import convert
-        from .index import PartUnavailableError
 
         pool = self.pool = part.pool
         self.part = part
@@ -124,7 +123,6 @@ class _PartCall:
         """The answer once a replica gave one; None while waiting (starting a hedge or a
         fail-over when due); raises PartUnavailableError when every replica failed or the
         deadline passed, and the replica's error when it is not transient."""
-        from .index import PartUnavailableError
 
         pool, started, cands = self.pool, self.started, self.cands
         with self.lock:

@@ -34,7 +34,6 @@ from ..index import (
     normalize_rows,
     register,
 )
-from ..service.errors import ServiceUnavailableError, register_error
 from .effort import params_of, part_jobs
 from .partition import build_meta, fit_partition
 from .router import Decision, Draft, Router
@@ -46,11 +45,6 @@ _FORBIDDEN_SUB = {"pyramid"}
 #: arrays files written before the annex kept a cluster's state in under these names
 _LEGACY_ANNEX = ("part_seq", "part_history")
 
-
-@register_error()
-class PartUnavailableError(ServiceUnavailableError):
-    """No replica of a part answered (in time): transient, retry (a client catching
-    ServiceUnavailableError catches it)."""
 
 #: Makes the parts of a PyramidIndex: called with (index, n_parts), returns ``(parts,
 #: search_many)``: objects searched like an Index (``search``, ``len``), and the function that

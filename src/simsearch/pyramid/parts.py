@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import SimsearchError
 from ..index import SearchResult, check_deadline
 from .checkpoints import copy_model
+from .control.errors import PartUnavailableError
 from .fanout import _PartCall
 
 if TYPE_CHECKING:
@@ -175,7 +176,6 @@ class RemotePart:
             where: dict | None = None) -> dict:
         """``RemoteCollection.get`` on the first in-sync replica that answers."""
         from ..service.errors import DeadlineExceededError, ServiceUnavailableError
-        from .index import PartUnavailableError
 
         last: Exception | None = None
         for s in self.pool.serving(self):

@@ -16,3 +16,9 @@ class CoordinationError(ServiceUnavailableError):
 class NotLeaderError(CoordinationError):
     """This coordinator is not (or no longer) the elected leader, so it refuses the change: send
     it to the current leader (docs/cluster.md)."""
+
+
+@register_error()
+class PartUnavailableError(ServiceUnavailableError):
+    """No replica of a part answered (in time): transient, retry (a client catching
+    ServiceUnavailableError catches it)."""
