@@ -317,3 +317,13 @@ with ss.connect(path=sys.argv[1]) as c:
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) == 80 * 3
+
+
+def test_a_pyramid_collection_advertises_its_sub_indexes_search_parameters(tmp_path):
+    """The defect: a node reported a collection's search parameters from the index's class,
+    and PyramidIndex widens them per instance with its sub-index's: a node's pyramid collection
+    of HNSW parts did not advertise ``ef``."""
+    with ss.connect(path=tmp_path) as c:
+        col = c.create_collection("p", DIM, "l2", "pyramid", n_centers=4, n_partitions=2,
+                                  sub_index="hnsw")
+        assert {"ef", "branching"} <= set(col.describe()["search_params"])

@@ -350,7 +350,8 @@ class Collection:
             trained=index.is_trained,
             needs_training=type(index).needs_training,
             supports_remove=_supports_remove(index),
-            search_params=sorted(type(index).search_params),
+            # the instance's: a pyramid widens its class's with its sub-index's
+            search_params=sorted(index.search_params),
             schema=dict(self.attrs.schema),
             incarnation=str(self.config.get("incarnation", "")),
         )
