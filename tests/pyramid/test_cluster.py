@@ -17,6 +17,7 @@ from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
 from simsearch.pyramid.parts import open_router  # noqa: E402
 from simsearch.service.errors import ServiceUnavailableError  # noqa: E402
+from simsearch.service.shardclient import connect_shard  # noqa: E402
 
 DIM, K = 16, 10
 PARAMS = dict(n_centers=24, n_partitions=3, mips_replicas=30, sub_index="flat")
@@ -485,7 +486,7 @@ def test_a_dropped_collection_never_comes_back(cluster_factory, data):
                                                   for _ in range(2)), timeout=60)
 
     def blobs_of_gone():  # a dropped collection's router model and checkpoints on shard 0
-        with ss.connect(cl.shard_addresses[0], timeout=10) as c:  # before the clean-up
+        with connect_shard(cl.shard_addresses[0], timeout=10) as c:  # before the clean-up
             return [b["name"] for b in c.list_blobs() if b["name"].startswith("gone")]
 
     wait_until(lambda: blobs_of_gone() == [], timeout=60)
@@ -564,7 +565,7 @@ def test_a_coordinator_cut_off_from_etcd_stops_serving_its_stale_map(cluster_fac
     try:
         time.sleep(ttl + 1.0)
         for address in cl.coordinators:
-            c = ss.connect(address, timeout=10, retries=False)
+            c = connect_shard(address, timeout=10, retries=False)
             wait_until(lambda c=c: _refused(c, queries), timeout=3 * ttl)
             c.close()
     finally:
@@ -640,7 +641,7 @@ def test_a_router_whose_every_checkpoint_copy_is_lost_is_rebuilt_from_its_parts(
 
     def lose_every_checkpoint():
         for address in cl.shard_addresses:
-            with ss.connect(address, timeout=10) as c:
+            with connect_shard(address, timeout=10) as c:
                 for b in c.list_blobs():
                     if ".router." in b["name"]:
                         c.delete_blob(b["name"])

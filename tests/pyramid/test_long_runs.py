@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import simsearch as ss
+from simsearch.service.shardclient import connect_shard
 
 pytest.importorskip("grpc")
 
@@ -128,7 +129,7 @@ def test_a_router_checkpoint_larger_than_a_blob_is_stored_in_pieces(tmp_path, mo
             meta = json.loads(leader.etcd.get("router/docs")[0])
             assert meta["chunks"] > 10 and meta["size"] > 10 * 4096
             for address in cl.shard_addresses:  # every holder keeps every piece
-                with ss.connect(address, timeout=10) as s:
+                with connect_shard(address, timeout=10) as s:
                     names = {b["name"] for b in s.list_blobs()}
                 assert set(checkpoints.checkpoint_blobs(meta)) <= names
             follower = coordinator("127.0.0.1:10")

@@ -22,6 +22,7 @@ from simsearch.service.errors import (
     PermissionDeniedError,
 )
 from simsearch.service.protos.simsearch.v1 import simsearch_pb2 as pb
+from simsearch.service.shardclient import connect_shard
 
 grpc = pytest.importorskip("grpc")
 
@@ -141,13 +142,13 @@ def test_read_only_token_cannot_plant_part_writes(server_factory, tmp_path):
     col.add(np.eye(DIM))
     planted = PartOp(1, False, np.array([77]), np.full((1, DIM), 9.0, np.float32))
     for role in ("read-only", "read-write"):
-        c = server.client(token=TOKENS[role], timeout=20)
+        c = connect_shard(server.address, token=TOKENS[role], timeout=20)
         with pytest.raises(PermissionDeniedError):
             c.part_prepare("docs", 10**12, 1, [planted])
         with pytest.raises(PermissionDeniedError):
             c.part_sync("docs", 10**12, (10**12, 1), 1, 1)
     # the cluster role may call them, but an ordinary collection is not a part replica
-    cl = server.client(token=TOKENS["cluster"], timeout=20)
+    cl = connect_shard(server.address, token=TOKENS["cluster"], timeout=20)
     with pytest.raises(NotPartReplicaError):
         cl.part_prepare("docs", 1, 1, [planted])
     with pytest.raises(PermissionDeniedError):  # nor can read-write create one

@@ -10,11 +10,12 @@ import pytest
 
 from simsearch.errors import InvalidParameterError, UnsupportedOperationError
 from simsearch.service.errors import CollectionNotFoundError, DataLossError
+from simsearch.service.shardclient import connect_shard
 
 
 def test_blob_round_trip_chunked_replaced_damaged_and_restarted(server_factory):
     srv = server_factory("--max-message-bytes", str(64 << 10))  # 64 KiB: many chunks
-    c = srv.client(timeout=30)
+    c = connect_shard(srv.address, timeout=30)
     data = np.random.default_rng(0).bytes(300_000)
     info = c.put_blob("r.router.1", data)
     assert info == {"name": "r.router.1", "size": len(data),
@@ -31,7 +32,7 @@ def test_blob_round_trip_chunked_replaced_damaged_and_restarted(server_factory):
         c.get_blob("absent")
     c.delete_blob("absent")  # idempotent
     srv.restart()
-    c = srv.client(timeout=30)
+    c = connect_shard(srv.address, timeout=30)
     assert c.get_blob("r.router.1") == b"newer"
     # damage on disk is found, not served
     path = srv.data_dir / "blobs" / "r.router.1"

@@ -327,3 +327,15 @@ def test_a_pyramid_collection_advertises_its_sub_indexes_search_parameters(tmp_p
         col = c.create_collection("p", DIM, "l2", "pyramid", n_centers=4, n_partitions=2,
                                   sub_index="hnsw")
         assert {"ef", "branching"} <= set(col.describe()["search_params"])
+
+
+def test_the_public_client_has_no_cluster_internal_call():
+    """The cluster's calls on its shards (fenced part writes, blobs, the fan-out's one-call
+    searches and handles) are on ShardClient, not on what ``simsearch.connect`` returns."""
+    from simsearch.service.client import Client
+    from simsearch.service.shardclient import ShardClient
+
+    internal = {"part_prepare", "part_sync", "part_ops", "put_blob", "get_blob", "delete_blob",
+                "list_blobs", "search_once", "collection_handle"}
+    assert not internal & set(dir(Client))
+    assert internal <= set(dir(ShardClient))

@@ -80,9 +80,10 @@ class Coordinator(Rebalancing):
         searches arriving meanwhile merged into the next (batching.py; 0: every search alone)."""
         from functools import partial
 
-        from ..service.client import connect
+        from ..service.shardclient import connect_shard
 
-        self._connect = partial(connect, tls_ca=leader_tls_ca)
+        # the leader is forwarded to through collection handles of the shard client
+        self._connect = partial(connect_shard, tls_ca=leader_tls_ca)
         self.etcd = etcd
         self.checkpoint_log_bytes = checkpoint_log_bytes
         self.log_bytes = 0  # router log bytes this coordinator appended as leader

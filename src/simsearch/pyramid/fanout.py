@@ -100,7 +100,7 @@ class _PartCall:
         timeout = cli.timeout if self.deadline is None else max(
             0.001, self.deadline - time.monotonic())
         t0 = time.monotonic()
-        try:  # blocking, on the pool's thread (see Client.search_once)
+        try:  # blocking, on the pool's thread (see ShardClient.search_once)
             out = cli.search_once(self.part.name, q, k, pj, timeout=timeout, where=where,
                                   **lists)
             if not hedge:

@@ -55,7 +55,7 @@ class ShardPool:
                  token: str | None = None, tls_ca: str | None = None):
         from functools import partial
 
-        from ..service.client import connect as _connect
+        from ..service.shardclient import connect_shard as _connect
 
         self._connect = partial(_connect, token=token, tls_ca=tls_ca)  # shards behind auth / TLS
         self.state = state
