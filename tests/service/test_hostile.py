@@ -34,6 +34,7 @@ from simsearch.service.errors import (
 from simsearch.service.fenced import PartOp
 from simsearch.service.limits import Limits
 from simsearch.service.protos.simsearch.v1 import simsearch_pb2 as pb
+from simsearch.service.shardclient import connect_shard
 from simsearch.service.store import Store
 
 DIM = 4
@@ -191,7 +192,7 @@ def test_import_and_blob_streams_are_capped(server_factory):
     with pytest.raises(CollectionNotFoundError):
         c.collection("big")
     with pytest.raises(ResourceExhaustedError, match="max-stream-bytes"):
-        c.put_blob("b", b"\1" * (128 << 10))
+        connect_shard(server.address, timeout=30).put_blob("b", b"\1" * (128 << 10))
     c.import_collection("copy", config, data)
     assert len(c.collection("copy")) == 10
     assert server.stop() == 0
