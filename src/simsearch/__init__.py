@@ -7,9 +7,12 @@ from .flat import FlatIndex
 from .hnsw import HNSWIndex
 from .index import MAX_ID, Index, SearchResult, create_index, index_kinds, load, loads
 from .normscan import NormIVFIndex, NormScanIndex
+from .service.api import ClientAPI, CollectionAPI
 from .service.client import connect  # imports grpc only when called
 
 __all__ = [
+    "ClientAPI",
+    "CollectionAPI",
     "AutoIndex",
     "auto_index",
     "FlatIndex",

@@ -9,9 +9,10 @@ from simsearch.pyramid.collection import ClusterCollection
 from simsearch.pyramid.collection import ClusterCollection as _Cluster
 from simsearch.pyramid.coordinator import Coordinator
 from simsearch.pyramid.parts import RemotePart
-from simsearch.service.client import RemoteCollection
+from simsearch.service.api import ClientAPI, CollectionAPI
+from simsearch.service.client import Client, RemoteCollection, connect
 from simsearch.service.collection import Collection
-from simsearch.service.embedded import EmbeddedCollection
+from simsearch.service.embedded import EmbeddedClient, EmbeddedCollection
 from simsearch.service.partreplica import PartReplica
 from simsearch.service.protocols import BlobStore, CollectionStore, ServedCollection
 from simsearch.service.protocols import PartReplica as PartReplicaProtocol
@@ -37,3 +38,12 @@ def searchables(index: Index, remote: RemoteCollection, part: RemotePart,
     found: list[Searchable] = [index, remote, part, embedded]
     served: list[ServedCollection] = [node, cluster]
     del found, served
+
+
+def one_client_interface(remote: Client, embedded: EmbeddedClient, rc: RemoteCollection,
+                         ec: EmbeddedCollection) -> None:
+    """Every client and collection ``connect`` can give implements the one declared API."""
+    clients: list[ClientAPI] = [remote, embedded, connect(":memory:"), connect("h:1")]
+    collections: list[CollectionAPI] = [rc, ec, remote.collection("c"),
+                                        embedded.collection("c")]
+    del clients, collections

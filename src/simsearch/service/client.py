@@ -23,19 +23,17 @@ import os
 import random
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidParameterError
 from ..index import SearchResult, check_deadline
+from .api import ClientAPI
 from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
 from .requests import _REQUEST_OVERHEAD, ClientRequests, CollectionRequests, describe_info, run
 
 __all__ = ["Client", "RemoteCollection", "connect", "call_as", "call_deadline", "error_from"]
-
-if TYPE_CHECKING:
-    from .embedded import EmbeddedClient
 
 #: calls grpc retries on UNAVAILABLE (its service config). Add and Remove are retried too, but
 #: only when the call is idempotent (an upsert with explicit ids, a remove with missing_ok): the
@@ -165,8 +163,9 @@ def connect(
     tls_server_name: str | None = None,
     max_message_bytes: int | None = None,
     retries: bool = True,
-) -> Client | EmbeddedClient:
-    """The collections of a node, a cluster, or this process, with one API.
+) -> ClientAPI:
+    """The collections of a node, a cluster, or this process, with one API (``api.ClientAPI``,
+    which ``Client`` and ``EmbeddedClient`` implement).
 
     ``connect(":memory:")``: in this process, kept until closed; ``connect(path="./data")``:
     in this process, durable in that directory (a node's data directory format). Both are
