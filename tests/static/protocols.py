@@ -9,7 +9,8 @@ from simsearch.pyramid.collection import ClusterCollection
 from simsearch.pyramid.collection import ClusterCollection as _Cluster
 from simsearch.pyramid.coordinator import Coordinator
 from simsearch.pyramid.parts import RemotePart
-from simsearch.service.api import ClientAPI, CollectionAPI
+from simsearch.service.aio import AsyncClient, AsyncCollection
+from simsearch.service.api import AsyncClientAPI, AsyncCollectionAPI, ClientAPI, CollectionAPI
 from simsearch.service.client import Client, RemoteCollection, connect
 from simsearch.service.collection import Collection
 from simsearch.service.embedded import EmbeddedClient, EmbeddedCollection
@@ -47,3 +48,10 @@ def one_client_interface(remote: Client, embedded: EmbeddedClient, rc: RemoteCol
     collections: list[CollectionAPI] = [rc, ec, remote.collection("c"),
                                         embedded.collection("c")]
     del clients, collections
+
+
+def one_async_interface(client: AsyncClient, col: AsyncCollection) -> None:
+    """The asyncio client and its collections implement the awaitable twin."""
+    c: AsyncClientAPI = client
+    k: AsyncCollectionAPI = col
+    del c, k
