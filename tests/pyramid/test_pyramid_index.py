@@ -414,3 +414,24 @@ def test_a_router_a_search_holds_never_changes(data):
     assert changed > 0  # the replayed writes did change the copies
     assert follower.router.copies == leader.router.copies
     np.testing.assert_array_equal(follower.router.counts, leader.router.counts)
+
+
+def test_the_router_counts_what_a_filter_allows_from_its_own_ids(data):
+    """A filtered search sizes its routing from the allowed count; it read the index's id set,
+    outside the router value it took, so a remove that swapped the set meanwhile could be seen
+    half-way. The router now counts from its own ids: equal to the held ids' count."""
+    base, _ = data
+    p = make("l2")
+    p.train(base)
+    p.add(base)
+    p.remove(np.arange(0, 200, 3))
+    held = set(p.ids().tolist())
+    rng = np.random.default_rng(2)
+    router = p.router
+    for _ in range(20):
+        allow = rng.choice(N + 50, int(rng.integers(0, 400)), replace=False) \
+            if rng.random() < 0.7 else None
+        deny = rng.choice(N + 50, int(rng.integers(0, 300)), replace=False)
+        want = len((held if allow is None else held & set(allow.tolist()))
+                   - set(deny.tolist()))
+        assert router.allowed_count(allow, deny) == want

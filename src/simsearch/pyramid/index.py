@@ -355,11 +355,13 @@ class PyramidIndex(Index):
         """Route as deep as the filter thins the items: ``branching`` times 1/selectivity
         (rounded up to a power of two), so the routed centres hold about as many allowed items
         as ``branching`` centres hold items without a filter."""
-        nq, n, m = q.shape[0], len(self), router.centres.shape[0]
+        # counted on the router taken, not the index's id set, which a remove may swap
+        # meanwhile: the search reads one consistent value from start to end
+        nq, n, m = q.shape[0], len(router), router.centres.shape[0]
         by_branching: dict[int, list[np.ndarray]] = {}
         everyone = np.arange(nq)
         for i in [0] if filt.shared else range(nq):
-            count = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))[1]
+            count = router.allowed_count(filt.allow_of(i), filt.deny_of(i))
             w = 1 << max(0, int(np.ceil(np.log2(n / max(count, 1)))))
             rows = everyone if filt.shared else everyone[i : i + 1]
             by_branching.setdefault(min(m, branching * w), []).append(rows)

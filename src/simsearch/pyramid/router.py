@@ -148,6 +148,15 @@ class Router:
         shares[np.flatnonzero(first), self.part_of_centre[r.ids[first, 0]]] += 0.5
         return shares
 
+    def allowed_count(self, allow: np.ndarray | None, deny: np.ndarray | None) -> int:
+        """How many of the ids this router places an allow and a deny list leave (the
+        router's own id set: a search that took this router counts what it routes)."""
+        home = self.home
+        gone = {i for i in deny.tolist() if i in home} if deny is not None else set()
+        if allow is None:
+            return len(home) - len(gone)
+        return sum(1 for i in set(allow.tolist()) if i in home and i not in gone)
+
     def allowed_per_part(self, filt: IdFilter, nq: int) -> list[list[np.ndarray]] | None:
         """[query][part] the allowed ids each part holds (homes and MIPS copies), or None
         without an allow list."""
