@@ -144,7 +144,7 @@ def store_checkpoint(coord, name: str, seq: int, data: bytes) -> None:
             "size": len(data), "chunks": max(1, -(-len(data) // step))}
     view = memoryview(data)
     holders = []
-    for sid in coord.checkpoint_holders():
+    for sid in coord.rebalancer.checkpoint_holders():
         try:
             cli = coord.pool.client(sid)
             for i, b in enumerate(checkpoint_blobs(meta)):

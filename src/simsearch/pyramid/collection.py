@@ -101,7 +101,8 @@ class ClusterCollection:
 
     def _load_checkpoint(self, meta: dict) -> None:
         try:
-            data = read_checkpoint(self.coord.pool, self.name, meta, self.coord.shard_lost)
+            data = read_checkpoint(self.coord.pool, self.name, meta,
+                                   self.coord.rebalancer.shard_lost)
         except CheckpointLostError:
             if not self.coord.is_leader():
                 raise
@@ -423,7 +424,7 @@ class ClusterCollection:
         coord.require_leader()
         with self.write_lock:
             index = self.leader_index()
-            coord.place_collection(self.name, index.n_parts)
+            coord.rebalancer.place_collection(self.name, index.n_parts)
             index.train(x)  # RetrainNonEmptyError if it holds items
             self.seqs = PartSequences.empty(index.n_parts)
             seq = self.applied + 1

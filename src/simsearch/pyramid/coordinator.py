@@ -38,7 +38,7 @@ from .control.election import Election
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare, Etcd
 from .control.state import ClusterState
-from .rebalance import Rebalancing
+from .rebalance import Rebalancer
 from .shards import ShardPool
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ REBALANCE_INTERVAL = 0.5
 MAX_CLUSTER_NAME = 100
 
 
-class Coordinator(Rebalancing):
+class Coordinator:
     """One coordinator: its etcd session, election, cluster state, shard pool and routers.
     Also the ``store`` the node's servicer serves (a CollectionStore, service.protocols: no
     blobs, metrics of its own)."""
@@ -110,7 +110,6 @@ class Coordinator(Rebalancing):
         self._collections: dict[str, ClusterCollection] = {}
         self._lock = threading.Lock()
         self._leader_client = (None, None)
-        self._since_unregistered: dict[int, float] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._cancel_log_watch = None
@@ -120,6 +119,8 @@ class Coordinator(Rebalancing):
         self.pool = ShardPool(self.state, is_leader=self.is_leader, fence=self.fence,
                               term=self.term, next_attempt=self.next_attempt,
                               **(pool_options or {}))
+        self.rebalancer = Rebalancer(self.state, self.pool, self.fence, self.term, self.names,
+                                     self.get, replace_after, self._wake)
         self.state.listeners.append(self._on_state)
 
     def start(self, address: str) -> Coordinator:
@@ -423,7 +424,7 @@ class Coordinator(Rebalancing):
                 if leading and not was:
                     self._take_over()
                 if leading:
-                    self._rebalance_step()
+                    self.rebalancer.step()
             except NotLeaderError:
                 leading = False
             except Exception as exc:

@@ -1,14 +1,18 @@
 """The leader's placement duties (docs/cluster.md, "Rebalancing"): where a collection's part
 replicas and router checkpoints go, replica moves onto new shards and off draining or lost
-ones, and retiring drained shards. Mixed into the Coordinator; the decisions themselves are the
-pure functions of control/placement.py.
+ones, and retiring drained shards. A Rebalancer is composed into the Coordinator, which hands
+it what it acts through; the decisions themselves are the pure functions of
+control/placement.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from .checkpoints import copy_model
 from .control.placement import next_move, place
@@ -16,9 +20,20 @@ from .control.placement import next_move, place
 log = logging.getLogger(__name__)
 
 
-class Rebalancing:
-    """The leader's placement duties (module docstring); a Coordinator's ``state``, ``pool``,
-    ``fence``, ``term``, ``names``, ``get`` and ``replace_after`` are what they act through."""
+class Rebalancer:
+    """The leader's placement duties (module docstring), acting through the cluster ``state``,
+    the shard ``pool``, the leader's ``fence()`` and ``term()``, the collections' ``names()``
+    and ``get(name)``; a shard gone longer than ``replace_after`` seconds has its replicas
+    remade; ``wake`` is set to take the next step at once."""
+
+    def __init__(self, state, pool, fence: Callable[[], object], term: Callable[[], int],
+                 names: Callable[[], list[str]], get: Callable[[str], Any],
+                 replace_after: float, wake: threading.Event):
+        self.state, self.pool, self.fence, self.term = state, pool, fence, term
+        self.names, self.get = names, get
+        self.replace_after = replace_after
+        self._wake = wake
+        self._since_unregistered: dict[int, float] = {}
 
     def active_shards(self) -> list[int]:
         draining, retired = self.state.draining(), self.state.retired()
@@ -55,7 +70,8 @@ class Rebalancing:
 
         self.state.change(self.fence, [f"map/{name}"], edit)
 
-    def _rebalance_step(self) -> None:
+    def step(self) -> None:
+        """One pass: remake lost replicas, move one replica, retire drained shards."""
         now = time.monotonic()
         registered = self.state.shards()
         cmap = self.state.all_parts()
