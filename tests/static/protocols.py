@@ -7,6 +7,8 @@ from __future__ import annotations
 from simsearch.index import Index, Searchable
 from simsearch.pyramid.collection import ClusterCollection
 from simsearch.pyramid.collection import ClusterCollection as _Cluster
+from simsearch.pyramid.control.etcd import Etcd
+from simsearch.pyramid.control.kv import KeyValue
 from simsearch.pyramid.coordinator import Coordinator
 from simsearch.pyramid.parts import RemotePart
 from simsearch.service.aio import AsyncClient, AsyncCollection
@@ -55,3 +57,9 @@ def one_async_interface(client: AsyncClient, col: AsyncCollection) -> None:
     c: AsyncClientAPI = client
     k: AsyncCollectionAPI = col
     del c, k
+
+
+def key_value(etcd: Etcd) -> None:
+    """The etcd client provides what leases and watches act through."""
+    kv: KeyValue = etcd
+    del kv

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import InvalidParameterError, SimsearchError
 from .errors import CoordinationError
@@ -31,7 +32,7 @@ from .etcd_settings import (  # noqa: F401  (re-exported: the members' settings 
     version_is_safe,
 )
 from .leases import Lease, Registration, as_bytes, lease_id
-from .watch import WatchEvent, _PrefixWatch
+from .watch import PrefixWatch, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class Etcd:
         self._all_shunned = etcd3.exceptions.NoServerAvailableError
         self._tx = self._client.transactions
         self._lock = threading.Lock()
-        self._watches: list[_PrefixWatch] = []
+        self._watches: list[PrefixWatch] = []
         self._leases: list[Lease] = []
         self._registrations: list[Registration] = []
         self._closed = False
@@ -355,11 +356,12 @@ class Etcd:
             self._leases = [x for x in self._leases if x.alive()] + [lease]
         return lease
 
-    def _grant(self, ttl: int) -> tuple[int, int]:
+    def grant(self, ttl: int) -> tuple[int, int]:
+        """A new lease of ``ttl`` seconds: (its id, the TTL etcd granted)."""
         lease = self._call("lease grant", self._client.lease, ttl, retry=False)
         return int(lease.id), int(lease.ttl)
 
-    def _keepalive(self, lease_id: int, budget: float) -> int:
+    def keepalive(self, lease_id: int, budget: float) -> int:
         """One keepalive with a per-call deadline; returns the TTL etcd granted (<= 0: expired)."""
 
         def once():
@@ -384,8 +386,24 @@ class Etcd:
 
         return self._call("lease keepalive", once, retry=False)
 
-    def _revoke(self, lease_id: int) -> None:
+    def revoke(self, lease_id: int) -> None:
         self._call("lease revoke", self._client.revoke_lease, lease_id, retry=False)
+
+    # -- watches (watch.py re-lists and re-watches on these)
+    def add_prefix_watch(self, sub: str, callback: Callable[[Any], None],
+                         start_revision: int) -> Any:
+        """Watch every key under ``sub`` from ``start_revision``: ``callback(response)`` for
+        each batch of events, or with an exception / None when the stream breaks; returns the
+        watch's id (for cancel_watch). No retry: the caller re-lists first."""
+        return self._call(f"watch {sub}", self._client.add_watch_prefix_callback,
+                          self.full(sub), callback, start_revision=start_revision, retry=False)
+
+    def cancel_watch(self, watch_id: Any) -> None:
+        self._client.cancel_watch(watch_id)
+
+    def is_delete(self, event: Any) -> bool:
+        """Whether a watch event is a deletion (else a put)."""
+        return isinstance(event, self._etcd3.events.DeleteEvent)
 
     def register(self, key: str, value: bytes | str, ttl: float,
                  on_change: Callable[[bool], None] | None = None) -> Registration:
@@ -407,7 +425,7 @@ class Etcd:
         thread; returns ``cancel()``. When the stream breaks (etcd restart, failover, cut link) it
         is re-made after a fresh listing whose differences from what was delivered are delivered as
         events first, so no change is missed (intermediate values may be collapsed)."""
-        w = _PrefixWatch(self, sub, callback)
+        w = PrefixWatch(self, sub, callback)
         with self._lock:
             self._watches.append(w)
         w.start()

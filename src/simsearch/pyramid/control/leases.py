@@ -9,13 +9,10 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ...errors import InvalidParameterError
 from .errors import CoordinationError
-
-if TYPE_CHECKING:
-    from .etcd import Etcd
+from .kv import KeyValue
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +39,7 @@ class Lease:
 
     def __init__(
         self,
-        etcd: Etcd,
+        etcd: KeyValue,
         ttl: float,
         on_lost: Callable[[str], None] | None = None,
         keepalive: bool = True,
@@ -52,7 +49,7 @@ class Lease:
         self._etcd = etcd
         self._on_lost = on_lost
         t_send = time.monotonic()
-        self.id, self.ttl = etcd._grant(max(1, math.ceil(ttl)))
+        self.id, self.ttl = etcd.grant(max(1, math.ceil(ttl)))
         self._deadline = t_send + self.ttl
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -84,7 +81,7 @@ class Lease:
         """One keepalive now; True if etcd still holds the lease."""
         t_send = time.monotonic()
         budget = max(0.05, min(self._etcd.timeout, self.deadline() - t_send))
-        ttl = self._etcd._keepalive(self.id, budget)
+        ttl = self._etcd.keepalive(self.id, budget)
         if ttl <= 0:
             self._lose("etcd reports the lease expired")
             return False
@@ -146,13 +143,13 @@ class Lease:
                 self._lost_reason = "revoked"
             self._deadline = min(self._deadline, time.monotonic())
         self._stop_thread()
-        self._etcd._revoke(self.id)
+        self._etcd.revoke(self.id)
 
 
 class Registration:
     """A key kept alive under a lease and put again after the lease is lost (``Etcd.register``)."""
 
-    def __init__(self, etcd: Etcd, key: str, value: bytes | str, ttl: float,
+    def __init__(self, etcd: KeyValue, key: str, value: bytes | str, ttl: float,
                  on_change: Callable[[bool], None] | None = None):
         self._etcd = etcd
         self.key = key

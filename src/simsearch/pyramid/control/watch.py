@@ -7,12 +7,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .errors import CoordinationError
-
-if TYPE_CHECKING:
-    from .etcd import Etcd
+from .kv import KeyValue
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +25,10 @@ class WatchEvent:
     mod_revision: int
 
 
-class _PrefixWatch:
+class PrefixWatch:
     """A prefix watch that re-lists and re-watches when its stream breaks."""
 
-    def __init__(self, etcd: Etcd, sub: str, callback: Callable[[list[WatchEvent]], None]):
+    def __init__(self, etcd: KeyValue, sub: str, callback: Callable[[list[WatchEvent]], None]):
         self._etcd = etcd
         self._sub = sub
         self._callback = callback
@@ -87,7 +84,7 @@ class _PrefixWatch:
             for ev in resp.events:
                 key = self._etcd.rel(ev.key)
                 mr = int(ev.mod_revision)
-                if isinstance(ev, self._etcd._etcd3.events.DeleteEvent):
+                if self._etcd.is_delete(ev):
                     self._known.pop(key, None)
                     out.append(WatchEvent("delete", key, None, mr))
                 else:
@@ -97,19 +94,12 @@ class _PrefixWatch:
 
     def _run(self) -> None:
         backoff = 0.1
-        client = self._etcd._client
         while not self._stop.is_set():
             self._wake.clear()
             try:
                 rev = self._resync()
-                self._watch_id = self._etcd._call(
-                    f"watch {self._sub}",
-                    client.add_watch_prefix_callback,
-                    self._etcd.full(self._sub),
-                    self._on_response,
-                    start_revision=rev + 1,
-                    retry=False,
-                )
+                self._watch_id = self._etcd.add_prefix_watch(self._sub, self._on_response,
+                                                             start_revision=rev + 1)
                 backoff = 0.1
             except CoordinationError as exc:
                 log.warning("etcd watch on %r: %s; retrying in %.1f s", self._sub, exc, backoff)
@@ -119,7 +109,7 @@ class _PrefixWatch:
             self._wake.wait()
             if self._watch_id is not None:
                 try:
-                    client.cancel_watch(self._watch_id)
+                    self._etcd.cancel_watch(self._watch_id)
                 except Exception as exc:  # the stream is usually gone already
                     log.debug("cancel watch %s: %s", self._watch_id, exc)
                 self._watch_id = None
