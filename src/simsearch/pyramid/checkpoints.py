@@ -16,6 +16,8 @@ import logging
 
 from ..service.errors import (
     AuthenticationError,
+    CollectionNotFoundError,
+    DataLossError,
     PermissionDeniedError,
     ServiceUnavailableError,
 )
@@ -44,8 +46,6 @@ def read_checkpoint(pool, name: str, meta: dict, lost=lambda sid: False) -> byte
     """A checkpoint's bytes from the first holder that answers with them intact.
     CheckpointLostError when no holder has them any more (``lost(sid)``: the shard is gone for
     good); ServiceUnavailableError when some holder may yet answer."""
-    from ..service.errors import CollectionNotFoundError, DataLossError
-
     gone = 0
     for sid in meta["holders"]:
         if lost(sid):

@@ -58,7 +58,7 @@ def search_parts(calls: list, k: int, deadline: float | None = None) -> list:
     return results
 
 
-class _PartCall:
+class PartCall:
     """One part's search in flight: the primary replica's call, then a hedge to another replica
     after the part's p95 latency (within the hedge budget) or a fail-over when the primary's
     shard fails or is declared down."""

@@ -14,9 +14,17 @@ import numpy as np
 
 from ..errors import SimsearchError
 from ..index import SearchResult, check_deadline
+from ..service.errors import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    DataLossError,
+    DeadlineExceededError,
+    OpsGoneError,
+    ServiceUnavailableError,
+)
 from .checkpoints import copy_model
 from .control.errors import PartUnavailableError
-from .fanout import _PartCall
+from .fanout import PartCall
 
 if TYPE_CHECKING:
     from .shards import ShardPool
@@ -52,8 +60,6 @@ class RemotePart:
         never adopted: for a ``fresh`` part (no write committed yet: its router is being
         trained) it is replaced by an empty copy at once; otherwise it is marked out of sync,
         and the leader's catch-up replaces it."""
-        from ..service.errors import CollectionExistsError
-
         for sid in self.shards:
             try:
                 self._create(sid)
@@ -82,8 +88,6 @@ class RemotePart:
     def _replace_foreign(self, sid: int) -> None:
         """Delete a copy of another incarnation on ``sid`` and make an empty one of this
         (catch-up then fills it)."""
-        from ..service.errors import CollectionNotFoundError
-
         try:
             if self._ours(sid):
                 return
@@ -159,7 +163,7 @@ class RemotePart:
     def search(self, q: np.ndarray, k: int, *, allow: Any = None, deny: Any = None,
                where: dict | None = None, deadline: float | None = None,
                **params: Any) -> SearchResult:
-        """``Index.search`` on a replica (hedged, failed over; ``_PartCall``)."""
+        """``Index.search`` on a replica (hedged, failed over; ``PartCall``)."""
         check_deadline(deadline)
         params.update({n: v for n, v in (("allow", allow), ("deny", deny), ("where", where))
                        if v is not None})
@@ -175,8 +179,6 @@ class RemotePart:
     def get(self, ids: np.ndarray | None, vectors: bool = False,
             where: dict | None = None) -> dict:
         """``RemoteCollection.get`` on the first in-sync replica that answers."""
-        from ..service.errors import DeadlineExceededError, ServiceUnavailableError
-
         last: Exception | None = None
         for s in self.pool.serving(self):
             try:
@@ -186,10 +188,10 @@ class RemotePart:
         raise PartUnavailableError(f"no in-sync replica of {self.name} answered: {last}")
 
     def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event,
-              deadline: float | None = None) -> _PartCall:
+              deadline: float | None = None) -> PartCall:
         """Start a search on a replica; ``done`` is set whenever a replica answers (several
         parts' calls may share it, so one thread waits for all of them)."""
-        return _PartCall(self, q, k, params, done, deadline)
+        return PartCall(self, q, k, params, done, deadline)
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -199,8 +201,6 @@ class RemotePart:
         holds prepared, else copy a replica that is current (``ExportCollection`` /
         ``ImportCollection``, carrying the fencing state). Works when every replica missed the
         last commits: they hold the ops prepared. Raises if no replica is current yet."""
-        from ..service.errors import CollectionNotFoundError, DataLossError
-
         term = self.pool.term()
         with self.write_lock:
             through = self.committed()
@@ -222,8 +222,6 @@ class RemotePart:
         """Repair incrementally: the ops the replica lacks, read from a current peer's log,
         prepared on it under a fresh ballot and applied. False if no peer's log reaches back
         that far (then the caller copies a whole replica)."""
-        from ..service.errors import OpsGoneError
-
         for peer in [s for s in self.shards if s != sid]:
             try:
                 if self.bring_up_to_date(peer, term) != through:

@@ -16,6 +16,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import SimsearchError
+from ..service.errors import (
+    AuthenticationError,
+    PermissionDeniedError,
+    ServiceUnavailableError,
+)
 from .fanout import search_parts
 from .parts import RemotePart, RouterBehindError
 
@@ -116,8 +121,6 @@ class ShardPool:
         """Say at once, not at the first write, when a shard refuses this coordinator's shard
         token: a token of another role than ``cluster`` fails every part call later, opaquely
         (a cluster-internal read, ListBlobs, asks the shard)."""
-        from ..service.errors import AuthenticationError, PermissionDeniedError
-
         try:
             self._probes[sid].list_blobs()
         except (AuthenticationError, PermissionDeniedError) as exc:
@@ -129,8 +132,6 @@ class ShardPool:
 
     def client(self, sid: int):
         """The client of shard ``sid`` (ServiceUnavailableError if it never registered)."""
-        from ..service.errors import ServiceUnavailableError
-
         cli = self.clients.get(sid)
         if cli is None:
             raise ServiceUnavailableError(f"shard {sid} is not registered in the cluster")
