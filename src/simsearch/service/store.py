@@ -184,8 +184,8 @@ class Store:
                 write_bytes(tmp / "snapshot-1.idx", data)
                 if attributes is not None:
                     write_bytes(tmp / "attrs-1.bin", base64.b64decode(attributes))
-                self._check_openable(name, tmp, config)  # before the old copy is touched
-                fsync_dir(tmp)
+                # before the old copy is touched (each write above fsynced the directory)
+                self._check_openable(name, tmp, config)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
