@@ -54,7 +54,7 @@ def sweep(args) -> None:
             targets[("pyramid", spill)] = col
             settings += [(("pyramid", spill), {"branching": b, "ef": e, "part_effort": pe})
                          for pe in args.effort for e in args.ef for b in args.branching]
-        from simsearch.pyramid.parts import open_router
+        from simsearch.pyramid.direct import open_router
 
         routers = {spill: open_router(cl.coordinator, _name(spill), cl.up["etcd"],
                                       cl.up["cluster"]) for spill in cols}

@@ -749,17 +749,17 @@ class Index:
             retry.setdefault(w2, []).append(rows[j : j + 1])
 
 
-def load(path: str | os.PathLike, setup: Callable[[Index], None] | None = None) -> Index:
-    """Open any saved index; its class is read from the file's header. ``setup`` is called on
-    the new object before its state is restored (a cluster coordinator sets its parts factory)."""
-    return _restore(*read_index_file(path), str(path), setup)
+def load(path: str | os.PathLike, **given: Any) -> Index:
+    """Open any saved index; its class is read from the file's header. ``given``: what the
+    class takes at construction besides its build parameters and the file does not hold (a
+    PyramidIndex's ``parts`` and ``fanout``, kept by a cluster)."""
+    return _restore(*read_index_file(path), str(path), given)
 
 
-def loads(data: bytes | bytearray | memoryview,
-          setup: Callable[[Index], None] | None = None) -> Index:
+def loads(data: bytes | bytearray | memoryview, **given: Any) -> Index:
     """An index from the bytes of ``Index.to_bytes`` (or of a saved file)."""
     return _restore(*read_index_bytes(bytearray(data), "the index bytes"), "the index bytes",
-                    setup)
+                    given)
 
 
 #: file classes of kinds written in an older form, and the module that converts them
@@ -768,7 +768,7 @@ _LEGACY_MODULES = {"string-index": "simsearch.strings.string_index",
 
 
 def _restore(header: dict, arrays: dict[str, np.ndarray], path: str,
-             setup: Callable[[Index], None] | None) -> Index:
+             given: dict[str, Any]) -> Index:
     if header.get("class") in _LEGACY_MODULES:
         try:
             module = importlib.import_module(_LEGACY_MODULES[header["class"]])
@@ -782,9 +782,7 @@ def _restore(header: dict, arrays: dict[str, np.ndarray], path: str,
             f"{path} holds an index of unknown kind {header.get('class')!r}"
         ) from None
     try:
-        idx = cls(header["dim"], metric=header["metric"], **header["params"])
-        if setup is not None:
-            setup(idx)
+        idx = cls(header["dim"], metric=header["metric"], **header["params"], **given)
         ids = arrays.pop("__ids__")
         next_id = header["next_id"]
         if ids.ndim != 1 or ids.dtype != np.int64 or (ids.size and (

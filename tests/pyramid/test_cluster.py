@@ -15,7 +15,7 @@ import simsearch as ss  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
 from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
-from simsearch.pyramid.parts import open_router  # noqa: E402
+from simsearch.pyramid.direct import open_router  # noqa: E402
 from simsearch.service.errors import ServiceUnavailableError  # noqa: E402
 from simsearch.service.shardclient import connect_shard  # noqa: E402
 

@@ -435,3 +435,86 @@ def test_the_router_counts_what_a_filter_allows_from_its_own_ids(data):
         want = len((held if allow is None else held & set(allow.tolist()))
                    - set(deny.tolist()))
         assert router.allowed_count(allow, deny) == want
+
+
+# -- a composite of parts ---------------------------------------------------------------------
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+class Recording:
+    """A part kept by an owner: answers searches from a FlatIndex and counts them."""
+
+    def __init__(self, dim):
+        self.flat, self.calls = ss.FlatIndex(dim, "ip"), 0
+
+    def search(self, q, k, **kw):
+        self.calls += 1
+        return self.flat.search(q, k, **kw)
+
+    def get_vectors(self, ids):
+        return self.flat.get_vectors(ids)
+
+    def __len__(self):
+        return len(self.flat)
+
+
+def test_files_saved_before_the_composite_still_load():
+    """Files written at 8ceb071 (``make`` of that revision, tests/pyramid/data): a local router
+    with its parts in the file, and a cluster's router that marked its parts "remote" and kept
+    its replication state in the legacy ``part_seq`` array. The first loads whole; the second
+    loads over parts its owner gives, and refuses, saying why, without them."""
+    local = ss.load(DATA / "pyramid-local-8ceb071.idx")
+    x = np.concatenate([local.get_vectors(local.ids())])
+    exact = ss.FlatIndex(8, "ip")
+    exact.add(x, local.ids())
+    q = x[:20]
+    got = local.search(q, 5, branching=16)
+    assert (got.ids == exact.search(q, 5).ids).all()
+
+    data = (DATA / "pyramid-remote-8ceb071.idx").read_bytes()
+    with pytest.raises(ss.errors.CorruptIndexError, match="parts are kept elsewhere"):
+        ss.loads(data)
+    parts = [Recording(8), Recording(8)]
+    for j, held in enumerate(local.router.members()):
+        parts[j].flat.add(local.parts[j].get_vectors(held), held)
+    router = ss.loads(data, parts=parts)
+    assert len(router) == len(local) and router.annex["part_seq"].tolist() == [3, 4]
+    assert (router.search(q, 5, branching=16).ids == got.ids).all()
+    assert all(p.calls for p in parts)
+    with pytest.raises(ss.errors.UnsupportedOperationError, match="written by their owner"):
+        router.add(x[:1])
+    assert "part0" not in router.to_bytes().decode("latin-1")  # the owner keeps the parts
+
+
+def test_parts_and_fanout_given_by_an_owner(data):
+    """One search path whatever the parts are: a router over parts an owner gives, written
+    through draft/install, answers what the same router over its own parts answers, through
+    the fan-out it was given."""
+    x, q = data[0][:1500], data[1]
+    own = make("ip", n_partitions=2)
+    own.train(x)
+    own.add(x)
+    asked = []
+
+    def fanout(jobs, k, deadline):
+        asked.append(len(jobs))
+        return [part.search(qs, k, deadline=deadline, **p) for part, qs, p in jobs]
+
+    parts = [Recording(DIM), Recording(DIM)]
+    given = ss.loads(own.to_bytes(), parts=parts, fanout=fanout)
+    for j, held in enumerate(own.router.members()):
+        parts[j].flat.add(own.parts[j].get_vectors(held), held)
+    assert (given.search(q, K).ids == own.search(q, K).ids).all() and asked
+    draft = given.draft()
+    new = draft.add(x[:3] * 2)
+    for p, op, args in draft.jobs:
+        getattr(parts[p].flat, op)(*args)
+    given.install(draft)
+    own.add(x[:3] * 2, new)
+    assert given.contains(new).all()
+    assert (given.search(q, K, branching=48).ids == own.search(q, K, branching=48).ids).all()
+    with pytest.raises(InvalidParameterError, match="parts must be"):
+        PyramidIndex(DIM, "ip", n_centers=4, n_partitions=2, parts=[Recording(DIM)])
+    with pytest.raises(InvalidParameterError, match="fanout must be callable"):
+        PyramidIndex(DIM, "ip", n_centers=4, n_partitions=2, fanout="in turn")

@@ -121,7 +121,7 @@ def setup(tmp_path):
     for st in stores.values():
         st.create(NAME, DIM, "l2", "flat", {}, part_replica=True)
     pool, router = Pool(stores), Owner()
-    part = RemotePart(pool, NAME, {}, None, 0)
+    part = RemotePart(pool, NAME, {}, 0)
     part.owner = router
     pool.parts[NAME] = part
     yield stores, pool, router, part
@@ -186,7 +186,7 @@ def test_a_copy_of_a_dropped_incarnation_is_replaced_never_adopted(tmp_path):
     stale.part_sync(TERM, (TERM, 1), 1, 1)  # the dropped collection's items
     pool, router = Pool(stores), Owner()
     config = {"dim": DIM, "metric": "l2", "kind": "flat", "params": {}, "incarnation": "2e3"}
-    part = RemotePart(pool, NAME, config, None, 0)
+    part = RemotePart(pool, NAME, config, 0)
     part.owner = router
     pool.parts[NAME] = part
     part.ensure()  # shard 0 gets a new copy; shard 1's is another incarnation's

@@ -228,7 +228,7 @@ class History:
 
     def check(self, etcd_url: str, cluster: str, coordinator: str) -> dict:
         """Read every replica and judge (see the module docstring)."""
-        from simsearch.pyramid.parts import open_router
+        from simsearch.pyramid.direct import open_router
         from simsearch.pyramid.status import cluster_status
 
         st = cluster_status(etcd_url, cluster)

@@ -7,7 +7,12 @@ import argparse
 import logging
 import sys
 
+from ..service.server import add_serve_arguments
+from . import launcher
+from .control.etcd_server import DEFAULT_QUOTA_BYTES
+from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER, SEARCH_BATCHES
 from .launcher import DEFAULT_CLUSTER
+from .nodes import run_coordinator, run_shard
 
 
 def _etcd_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -36,12 +41,6 @@ def _role_args(p: argparse.ArgumentParser) -> None:
 
 def add_cluster_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``cluster up | add-shard | drain | status | shard | coordinator``."""
-    from ..service.server import add_serve_arguments
-    from . import launcher
-    from .control.etcd_server import DEFAULT_QUOTA_BYTES
-    from .coordinator import CHECKPOINT_LOG_BYTES, REPLACE_AFTER, SEARCH_BATCHES
-    from .nodes import run_coordinator, run_shard
-
     p = subparsers.add_parser("cluster", help="a Pyramid cluster: shards, coordinators, etcd")
     sub = p.add_subparsers(dest="cluster_command", required=True)
 

@@ -33,7 +33,7 @@ from .checkpoints import (
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare
 from .fanout import get_items
-from .parts import RouterBehindError, load_router
+from .parts import RouterBehindError
 from .replication import PartSequences, replicate, sequence_record
 from .routerlog import log_key
 
@@ -65,8 +65,6 @@ class ClusterCollection:
     record ``applied``, and ``seqs``, the parts' committed sequences beside it (a
     ServedCollection, service.protocols; part writes go to shard servers)."""
 
-    part_replica = False
-
     def __init__(self, coord, name: str, config: dict):
         self.coord, self.name, self.config = coord, name, config
         self.index = None
@@ -89,15 +87,7 @@ class ClusterCollection:
         self.seqs = PartSequences.from_annex(index.annex, index.n_parts)
 
     def _new_index(self):
-        from .index import PyramidIndex
-
-        c = self.config
-        r = PyramidIndex(c["dim"], c["metric"], **c["params"])
-        r.part_prefix = self.name
-        r.part_schema = c.get("schema")
-        r.part_incarnation = c.get("incarnation", "")
-        r.parts_factory = self.coord.pool.make_parts
-        return r
+        return self.coord.pool.router(self.name, self.config)
 
     def _load_checkpoint(self, meta: dict) -> None:
         try:
@@ -111,10 +101,7 @@ class ClusterCollection:
         self.checkpoint_seq = self.applied
 
     def _load_router(self, data: bytes):
-        index = load_router(data, self.coord.pool, part_schema=self.config.get("schema"),
-                            part_incarnation=self.config.get("incarnation", ""))
-        index.part_prefix = self.name
-        return index
+        return self.coord.pool.router(self.name, self.config, data)
 
     def _rebuild(self, meta: dict) -> None:
         """Every copy of the router's checkpoint is lost: rebuild it from its parts
@@ -425,6 +412,8 @@ class ClusterCollection:
         with self.write_lock:
             index = self.leader_index()
             coord.rebalancer.place_collection(self.name, index.n_parts)
+            for part in index.parts:  # on the replicas just placed
+                part.ensure(fresh=not index.is_trained)
             index.train(x)  # RetrainNonEmptyError if it holds items
             self.seqs = PartSequences.empty(index.n_parts)
             seq = self.applied + 1

@@ -14,22 +14,29 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import contextvars
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 import uuid
+from functools import partial
 
 import numpy as np
 
+from .._kernels import merge_topk
 from ..errors import InvalidParameterError
+from ..service.attributes import check_schema
+from ..service.auth import caller_token
 from ..service.errors import (
     CollectionExistsError,
     CollectionNotFoundError,
     ServiceUnavailableError,
 )
+from ..service.limits import check_name
+from ..service.shardclient import connect_shard
+from . import metrics
 from .batching import MAX_IN_FLIGHT as SEARCH_BATCHES
 from .batching import SearchBatcher
 from .checkpoints import checkpoint_blobs, model_blob
@@ -38,6 +45,7 @@ from .control.election import Election
 from .control.errors import CoordinationError, NotLeaderError
 from .control.etcd import Compare, Etcd
 from .control.state import ClusterState
+from .index import PyramidIndex
 from .rebalance import Rebalancer
 from .shards import ShardPool
 
@@ -78,10 +86,6 @@ class Coordinator:
         coordinators' certificates (a follower forwards writes to its leader over TLS).
         ``search_batches``: batches of a collection's concurrent searches in flight at once,
         searches arriving meanwhile merged into the next (batching.py; 0: every search alone)."""
-        from functools import partial
-
-        from ..service.shardclient import connect_shard
-
         # the leader is forwarded to through collection handles of the shard client
         self._connect = partial(connect_shard, tls_ca=leader_tls_ca)
         self.etcd = etcd
@@ -125,10 +129,6 @@ class Coordinator:
 
     def start(self, address: str) -> Coordinator:
         """Register as ``address``, follow the router log, and campaign for leadership."""
-        import os
-
-        from .._kernels import merge_topk
-
         # load the merge kernel now: its first call (~0.25 s) would otherwise land in the
         # first search's answer margin (DEADLINE_MARGIN_MAX) and miss a partial deadline
         merge_topk(np.full((1, 1), -1, np.int64), np.zeros((1, 1), np.float32), 1, True)
@@ -206,9 +206,6 @@ class Coordinator:
         An idempotent write that finds no leader, or whose leader goes away (dies, or is cut off
         and replaced while the call hangs), is sent again to whoever leads next (it may be this
         coordinator), for up to two lease TTLs and never past the caller's deadline."""
-        from ..service.auth import caller_token
-        from ..service.client import call_as, call_deadline
-
         end = time.monotonic() + 2 * self.lease_ttl + 1.0
         token = caller_token()  # the caller's credentials travel with the write
         if deadline is not None:  # answer UNAVAILABLE in time for the caller to go elsewhere
@@ -225,15 +222,8 @@ class Coordinator:
                     time.sleep(0.05)
                     continue
                 if not idempotent:
-                    with call_deadline(deadline), call_as(token):
-                        return fn(cli)
-                ctx = contextvars.copy_context()
-
-                def call(cli=cli):
-                    with call_deadline(end), call_as(token):
-                        return fn(cli)
-
-                fut = self._forwarder.submit(ctx.run, call)
+                    return fn(cli.bound(deadline, token))
+                fut = self._forwarder.submit(fn, cli.bound(end, token))
                 while True:  # wait, unless the leader changes under the call
                     with contextlib.suppress(concurrent.futures.TimeoutError):
                         return fut.result(timeout=0.05)
@@ -284,10 +274,6 @@ class Coordinator:
 
     def create(self, name: str, dim: int, metric: str, kind: str, params: dict,
                schema: dict | None = None, part_replica: bool = False, incarnation: str = ""):
-        from ..service.attributes import check_schema
-        from ..service.limits import check_name
-        from .index import PyramidIndex
-
         if part_replica:
             raise InvalidParameterError("a coordinator holds no part replicas: create them on "
                                         "shard servers")
@@ -335,8 +321,6 @@ class Coordinator:
                                                   if v is not None]))
             self.etcd.delete_prefix(f"log/{name}/")
             self._forget(name)
-        from ..service.client import call_deadline
-
         # best effort, briefly: a shard that is away keeps its copies until it returns, when
         # the leader deletes the parts no map lists (ShardPool._drop_orphans); a re-created
         # name never adopts them meanwhile (its parts carry a new incarnation)
@@ -345,24 +329,21 @@ class Coordinator:
                 if not self.pool.up.get(sid):
                     continue
                 try:
-                    with call_deadline(time.monotonic() + DROP_TIMEOUT):
-                        self.pool.client(sid).drop_collection(part)
-                        with contextlib.suppress(CollectionNotFoundError):
-                            self.pool.client(sid).delete_blob(model_blob(name))
+                    cli = self.pool.client(sid).bound(time.monotonic() + DROP_TIMEOUT)
+                    cli.drop_collection(part)
+                    with contextlib.suppress(CollectionNotFoundError):
+                        cli.delete_blob(model_blob(name))
                 except Exception as exc:
                     log.warning("could not drop %s on shard %d: %s", part, sid, exc)
             self.pool.parts.pop(part, None)
         for sid in (router_meta or {}).get("holders", []):
             for blob in checkpoint_blobs(router_meta):  # as briefly: a paused holder held a
-                with contextlib.suppress(Exception), \
-                        call_deadline(time.monotonic() + DROP_TIMEOUT):  # drop for its timeout
-                    self.pool.client(sid).delete_blob(blob)
+                with contextlib.suppress(Exception):  # drop for its timeout
+                    self.pool.client(sid).bound(time.monotonic() + DROP_TIMEOUT).delete_blob(blob)
 
     def collect(self):
         """Prometheus metrics of this coordinator (docs/service.md, "Metrics")."""
-        from .metrics import collect
-
-        return collect(self)
+        return metrics.collect(self)
 
     def import_collection(self, name: str, config: dict, data: bytes):
         raise InvalidParameterError(

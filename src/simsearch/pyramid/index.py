@@ -8,8 +8,9 @@ Large-scale Datasets" (IEEE Big Data 2019).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,6 @@ from ..filters import IdFilter
 from ..hnsw import HNSWIndex
 from ..index import (
     Index,
-    Searchable,
     SearchResult,
     check_int,
     create_index,
@@ -35,6 +35,7 @@ from ..index import (
     register,
 )
 from .effort import params_of, part_jobs
+from .part import Fanout, Part, in_turn
 from .partition import build_meta, fit_partition
 from .router import Decision, Draft, Router
 
@@ -46,13 +47,14 @@ _FORBIDDEN_SUB = {"pyramid"}
 _LEGACY_ANNEX = ("part_seq", "part_history")
 
 
-#: Makes the parts of a PyramidIndex: called with (index, n_parts), returns ``(parts,
-#: search_many)``: objects searched like an Index (``search``, ``len``), and the function that
-#: runs ``[(part, queries, params)]`` searches at once, giving a result or a
-#: PartUnavailableError per call (hedging, deadlines and per-query parameters live there). A
-#: coordinator sets ``index.parts_factory`` before training or restoring so the same index routes
-#: to remote replicas; their writes it plans (``draft``) and sends itself (docs/cluster.md).
-PartsFactory = Callable[["PyramidIndex", int], tuple[list, Callable]]
+def part_spec(params: dict) -> tuple[int, str, dict]:
+    """(n_partitions, the parts' index kind, their build parameters) of a PyramidIndex's build
+    parameters (a cluster makes its parts' collections from them)."""
+    sig = inspect.signature(PyramidIndex.__init__).parameters
+    own = {n for n, p in sig.items() if p.kind is p.POSITIONAL_OR_KEYWORD}
+    return (params.get("n_partitions", sig["n_partitions"].default),
+            params.get("sub_index", sig["sub_index"].default),
+            {k: v for k, v in params.items() if k not in own})
 
 
 def _restore_part(data: np.ndarray, cls: type, what: str) -> Index:
@@ -93,6 +95,12 @@ class PyramidIndex(Index):
         for lists: a query near a part's border then finds its neighbours in fewer parts, for
         more items stored (docs/cluster.md). Not with MIPS copies ("ip" with
         ``mips_replicas`` > 0) nor ``partition="hash"``.
+    parts, fanout : given by an owner that keeps the parts itself (a cluster's coordinator,
+        whose parts live on shard servers): ``n_partitions`` objects searched like an Index
+        (``part.Part``), and how a search asks them (``part.Fanout``; default one after the
+        other). The owner writes them, planning on ``draft()`` and ``install``-ing what
+        committed; the index's own ``add``/``remove`` then refuse, and searches take no lock
+        (every write replaces the router whole). Neither is a build parameter nor saved.
     **sub_params : build parameters of each part's sub-index.
 
     Search parameters: ``branching`` (the paper's K: how many nearest centres route the query;
@@ -124,7 +132,7 @@ class PyramidIndex(Index):
     needs_training = True
     search_params = frozenset({"branching", "meta_ef", "require_complete", "part_effort",
                                "min_ef"})
-    # "where" goes to the parts: remote ones answer it from their attributes (docs/filters.md)
+    # "where" goes to the parts: a cluster's answer it from their attributes (docs/filters.md)
     takes_where = True
     takes_deadline = True
 
@@ -142,6 +150,9 @@ class PyramidIndex(Index):
         edge_tau: float = 0.1,
         partition: str = "meta-hnsw",
         spill: float = 0.0,
+        *,
+        parts: Sequence[Part] | None = None,
+        fanout: Fanout = in_turn,
         **sub_params: Any,
     ):
         n_centers = check_int("n_centers", n_centers, 1, 1 << 22)
@@ -179,21 +190,27 @@ class PyramidIndex(Index):
                          partition=partition, spill=float(spill), **sub_params)
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
-        self.sub_index = sub_index  # the parts' index kind (a cluster creates them remotely)
+        self.sub_index = sub_index
         self.search_params = PyramidIndex.search_params | sub_cls.search_params
         self._sub_search = frozenset(sub_cls.search_params)
         self.spherical = metric in ("ip", "cosine")
         #: the model and the placement (router.py); None until trained. Replaced whole by
         #: every write, never changed in place: a search reads one router from start to end
         self.router: Router | None = None
-        self.parts: list[Searchable] = []
-        self.parts_factory: PartsFactory | None = None  # None: local sub-indexes
-        self._search_many: Callable | None = None  # remote parts' fan-out (PartsFactory)
-        #: names the parts' collections when they are remote (the coordinator sets it)
-        self.part_prefix: str | None = None
-        #: the attribute schema the remote parts' collections are created with
-        self.part_schema: dict | None = None
-        self.part_incarnation = ""  # of the cluster collection whose parts these are
+        if not callable(fanout):
+            raise InvalidParameterError(f"fanout must be callable; got {fanout!r:.80}")
+        self.fanout = fanout
+        self.owns_parts = parts is None
+        if parts is None:
+            parts = [create_index(sub_index, dim, metric, **sub_params)
+                     for _ in range(n_partitions)]
+        elif not isinstance(parts, Sequence) or len(parts) != n_partitions or not all(
+                callable(getattr(p, "search", None)) for p in parts):
+            raise InvalidParameterError(
+                f"parts must be n_partitions={n_partitions} searchable parts; got {parts!r:.80}")
+        else:  # its owner writes the parts: a write here only plans (draft) and installs
+            self.lock_free_search = True
+        self.parts: list[Part] = list(parts)
         #: arrays the index's owner keeps in its file beside the router (a cluster keeps its
         #: replication state there, pyramid/replication.py); not read here
         self.annex: dict[str, np.ndarray] = {}
@@ -230,16 +247,6 @@ class PyramidIndex(Index):
 
     # -- training ---------------------------------------------------------------------------
 
-    def _new_parts(self) -> list:
-        if self.parts_factory is not None:
-            parts, self._search_many = self.parts_factory(self, self.n_parts)
-            # remote parts: a write only plans here (in memory) and replaces what a search reads
-            self.lock_free_search = True
-            return parts
-        p = self._params
-        return [create_index(p["sub_index"], self.dim, self.metric, **self.sub_params)
-                for _ in range(self.n_parts)]
-
     def _train(self, x: np.ndarray) -> None:
         p = self._params
         rng = np.random.default_rng(p["seed"])
@@ -262,7 +269,6 @@ class PyramidIndex(Index):
                              self.uses_mips_copies, np.full((m, r), -1, np.int64),
                              np.full((m, r), -np.inf, np.float32), hashed=self.hashed,
                              spill=p["spill"])
-        self.parts = self._new_parts()
         log.info("pyramid: %d centres in %d parts (sizes %s)", m, self.n_parts,
                  np.bincount(poc, weights=sizes, minlength=self.n_parts))
 
@@ -279,8 +285,6 @@ class PyramidIndex(Index):
         self._write(self.router.plan_remove(ids))
 
     def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
-        if self._search_many is not None:
-            raise NotImplementedError  # remote parts: read a part's collection instead
         at = np.fromiter(map(self.router.home.get, ids.tolist()), np.int64, ids.size)
         out = np.empty((ids.size, self.dim), np.float32)
         for p in np.unique(at).tolist():
@@ -288,10 +292,10 @@ class PyramidIndex(Index):
         return out
 
     def _write(self, decision: Decision) -> None:
-        if self._search_many is not None:
+        if not self.owns_parts:
             raise UnsupportedOperationError(
-                "this router's parts are remote: write through a coordinator, which plans on "
-                "it (draft) and installs what the log committed")
+                "this index's parts are written by their owner (a cluster's coordinator: it "
+                "plans on draft() and installs what the parts committed); write through it")
         for p, op, args in decision.jobs:  # local sub-indexes, then the router
             getattr(self.parts[p], op)(*args)
         self.router = self.router.apply(decision.record)
@@ -424,11 +428,7 @@ class PyramidIndex(Index):
 
         calls = [(self.parts[p], q[rows], {**params_of(efs, sub_params), **filter_of(p, rows)})
                  for p, rows, efs in jobs]
-        if self._search_many is not None:  # remote parts: one fan-out, hedged, with deadlines
-            results = self._search_many(calls, k, deadline)
-        else:  # local sub-indexes, one after the other (each may use threads itself)
-            results = [part.search(qs, k, deadline=deadline, **params)
-                       for part, qs, params in calls]
+        results = self.fanout(calls, k, deadline)
         missed = 0
         for (p, rows, _e), r in zip(jobs, results, strict=True):
             if isinstance(r, Exception):
@@ -452,11 +452,10 @@ class PyramidIndex(Index):
             return meta, {}
         rmeta, arrays = self.router.to_arrays()
         meta.update(rmeta)
-        # the meta-HNSW and (local) parts as whole index files (Index.to_bytes)
+        # the meta-HNSW and the parts it holds as whole index files (Index.to_bytes); parts
+        # an owner keeps (a cluster's shards) are in its keeping, not in this file
         arrays["meta_index"] = np.frombuffer(self.router.meta.to_bytes(), np.uint8)
-        meta["remote"] = self.parts_factory is not None
-        meta["part_prefix"] = self.part_prefix
-        if not meta["remote"]:
+        if self.owns_parts:
             for j, part in enumerate(self.parts):
                 arrays[f"part{j}"] = np.frombuffer(part.to_bytes(), np.uint8)
         for k, v in self.annex.items():
@@ -466,7 +465,6 @@ class PyramidIndex(Index):
     def _set_state(self, meta, arrays):
         if not meta["trained"]:
             return
-        self.part_prefix = meta.get("part_prefix")
         if "meta_index" not in arrays:
             raise ValueError("a Pyramid file from before its parts were kept as index files: "
                              "export it again with the simsearch that wrote it")
@@ -486,9 +484,12 @@ class PyramidIndex(Index):
         # the owner's arrays; files from before the annex kept a cluster's there by name
         self.annex = {k[6:]: v for k, v in arrays.items() if k.startswith("annex.")}
         self.annex.update({k: arrays[k] for k in _LEGACY_ANNEX if k in arrays})
-        self.parts = self._new_parts()
-        if meta.get("remote") or self.parts_factory is not None:
+        if not self.owns_parts:  # its owner holds them
             return
+        if "part0" not in arrays:
+            raise ValueError("the file holds a router whose parts are kept elsewhere (a "
+                             "cluster's shard servers): open it with its parts "
+                             "(PyramidIndex parts=, simsearch.pyramid.open_router)")
         self.parts = [_restore_part(arrays[f"part{j}"], Index, f"part {j}")
                       for j in range(self.n_parts)]
         for j, (part, held) in enumerate(zip(self.parts, router.members(), strict=True)):

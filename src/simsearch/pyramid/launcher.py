@@ -20,9 +20,10 @@ from pathlib import Path
 
 from .._durable import atomic_write
 from ..errors import SimsearchError
+from ..service.auth import CLUSTER, load_tokens
 from .batching import MAX_IN_FLIGHT as SEARCH_BATCHES
-from .control.etcd import tls_from_args
-from .control.etcd_server import DEFAULT_QUOTA_BYTES, embedded_is_safe, tls_argv
+from .control.etcd import Etcd, tls_from_args
+from .control.etcd_server import DEFAULT_QUOTA_BYTES, LocalEtcd, embedded_is_safe, tls_argv
 from .status import cluster_status
 
 log = logging.getLogger(__name__)
@@ -133,9 +134,6 @@ def run_up(args: argparse.Namespace) -> int:
     """Start etcd (or use --etcd), shards and coordinators on loopback; supervise them until
     SIGTERM/SIGINT (restarting a process that dies unless --no-restart; a retired shard stays
     stopped). SIGUSR1 starts one more shard (``cluster add-shard``)."""
-    from .control.etcd import Etcd
-    from .control.etcd_server import LocalEtcd
-
     d = Path(args.data_dir).resolve()
     d.mkdir(parents=True, exist_ok=True)
     if args.coordinators < 1 or args.shards < 1:
@@ -145,8 +143,6 @@ def run_up(args: argparse.Namespace) -> int:
         print("--replicas must be in [1, --shards]", file=sys.stderr)
         return 2
     if getattr(args, "tokens_file", None):
-        from ..service.auth import CLUSTER, load_tokens
-
         try:
             token = next(t for t, r in load_tokens(args.tokens_file).items() if r == CLUSTER)
         except (OSError, ValueError, StopIteration) as exc:
@@ -250,8 +246,6 @@ def _target(args) -> tuple[str, str, dict]:
 
 
 def run_add_shard(args: argparse.Namespace) -> int:
-    from .control.etcd import Etcd
-
     url, cluster, up = _target(args)
     if not up:
         print("add-shard starts a local shard of a `cluster up --data-dir DIR`; elsewhere start "
@@ -274,8 +268,6 @@ def run_add_shard(args: argparse.Namespace) -> int:
 
 def run_drain(args: argparse.Namespace) -> int:
     """Ask the leader to move shard ID's replicas away; wait until it is retired."""
-    from .control.etcd import Etcd
-
     url, cluster, _ = _target(args)
     with Etcd(url, f"simsearch/{cluster}", tls=tls_from_args(args)) as etcd:
         if etcd.get(f"shards/{args.id}")[0] is None and etcd.get(f"retired/{args.id}")[0] is None:

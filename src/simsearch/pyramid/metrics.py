@@ -7,6 +7,7 @@ def collect(coord):
     """Prometheus metrics of a coordinator (docs/service.md, "Metrics"): its role, shards up,
     the fan-out, hedges, router log bytes, etcd compactions, router rebuilds, out-of-sync
     replicas, part latency and search batching."""
+    # the service extra's; imported when a scrape asks, not with every coordinator
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     pool = coord.pool

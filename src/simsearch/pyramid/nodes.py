@@ -12,7 +12,9 @@ import threading
 from pathlib import Path
 
 from .._durable import atomic_write
+from ..service.server import run_serve
 from .control.etcd import Compare, Etcd, tls_from_args
+from .coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,6 @@ def shard_id(etcd: Etcd, data_dir: Path, reuse: int | None = None) -> int:
 
 def run_shard(args) -> int:
     """``simsearch cluster shard``: serve, register, exit when retired."""
-    from ..service.server import run_serve
-
     etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl),
                 tls=tls_from_args(args))
     etcd.check_server_version(args.allow_unsafe_etcd)
@@ -72,14 +72,10 @@ def run_shard(args) -> int:
 def run_coordinator(args) -> int:
     """``simsearch cluster coordinator``: serve the cluster's collections and join the
     election (docs/cluster.md)."""
-    from ..service.server import run_serve
-
     token = open(args.shard_token_file).read().strip() if args.shard_token_file else None
     etcd = Etcd(args.etcd, f"simsearch/{args.cluster}", timeout=max(1.0, args.lease_ttl),
                 tls=tls_from_args(args))
     etcd.check_server_version(args.allow_unsafe_etcd)
-    from .coordinator import Coordinator
-
     coord = Coordinator(etcd, lease_ttl=args.lease_ttl, replicas=args.replicas,
                         replace_after=args.replace_after,
                         leader_tls_ca=getattr(args, "cluster_tls_ca", None) or args.shard_tls_ca

@@ -4,9 +4,13 @@ k-way cut of it (the paper's partition of the meta-HNSW into w sub-HNSWs)."""
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
+import pymetis
 
 from ..hnsw import HNSWIndex
+from ..index import normalize_rows
+from .router import nearest_centre
 
 
 def hnsw_level0_graph(meta: HNSWIndex) -> np.ndarray:
@@ -53,8 +57,6 @@ def partition_graph(
     n = xadj.shape[0] - 1
     if n_parts == 1:
         return np.zeros(n, np.int64)
-    import pymetis
-
     opts = pymetis.Options(seed=seed)
     _, parts = pymetis.part_graph(
         n_parts, pymetis.CSRAdjacency(xadj.tolist(), adjncy.tolist()),
@@ -77,11 +79,6 @@ def fit_partition(sample: np.ndarray, n_centers: int, n_parts: int, spherical: b
     """k-means centres of ``sample`` (spherical: unit centres of the directions), the meta-HNSW
     over them, and its balanced partition, weighted by the sample's cluster sizes so parts are
     balanced by items, not centres. Returns (centres, part of each centre, meta-HNSW, sizes)."""
-    import faiss
-
-    from ..index import normalize_rows
-    from .router import nearest_centre
-
     if spherical:
         sample = normalize_rows(sample)
     sample = np.ascontiguousarray(sample, np.float32)

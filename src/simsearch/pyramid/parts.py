@@ -1,19 +1,21 @@
 """A cluster collection's parts on their shard replicas (docs/cluster.md, "Writes"): searched
-through the fan-out (fanout.py); written by the leader in fenced phases (prepare, sync); and
-brought up to date (prepared ops, ops shipped from a peer's log, or a whole copy). Also the
-client-side router (``open_router``).
+(``PartCall``: hedged, failed over, by a deadline); written by the leader in fenced phases
+(prepare, sync); and brought up to date (prepared ops, ops shipped from a peer's log, or a
+whole copy).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import SimsearchError
 from ..index import SearchResult, check_deadline
+from ..service import convert
 from ..service.errors import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -24,12 +26,40 @@ from ..service.errors import (
 )
 from .checkpoints import copy_model
 from .control.errors import PartUnavailableError
-from .fanout import PartCall
-
-if TYPE_CHECKING:
-    from .shards import ShardPool
 
 log = logging.getLogger(__name__)
+
+#: a part call's deadline leaves the coordinator this share of the time left (at most
+#: DEADLINE_MARGIN_MAX seconds) to merge the parts and answer
+DEADLINE_MARGIN_SHARE = 0.1
+DEADLINE_MARGIN_MAX = 0.2
+
+_TRANSIENT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "UNKNOWN"}
+
+
+class PartPool(Protocol):
+    """What a part reaches its replicas through: the cluster's ShardPool (shards.py)."""
+
+    timeout: float
+    up: dict[int, bool]
+    parts: dict[str, RemotePart]
+    part_locks: Any
+    slow_until: dict[int, float]
+    slow_penalty: float
+    query_parts: int
+    executor: Any
+    term: Any
+    next_attempt: Any
+
+    def client(self, sid: int) -> Any: ...
+    def replicas_of(self, name: str) -> list[int]: ...
+    def serving(self, part: RemotePart) -> list[int]: ...
+    def mark_down(self, sid: int) -> None: ...
+    def mark_in_sync(self, name: str, sid: int) -> None: ...
+    def mark_out_of_sync(self, name: str, sid: int) -> None: ...
+    def hedge_delay(self, name: str) -> float: ...
+    def take_hedge(self) -> bool: ...
+    def record(self, name: str, seconds: float) -> None: ...
 
 
 class RouterBehindError(SimsearchError, RuntimeError):
@@ -42,12 +72,12 @@ class RemotePart:
     deadlines, fail-over), and the leader's fenced two-phase writes and replica catch-up
     (docs/cluster.md, "Writes")."""
 
-    def __init__(self, pool: ShardPool, name: str, config: dict, router=None, index: int = 0):
+    def __init__(self, pool: PartPool, name: str, config: dict, index: int = 0):
         self.pool, self.name, self.config = pool, name, config
-        self.router, self.index = router, index  # the router whose part ``index`` this is
+        self.index = index  # its number among its router's parts
         self.owner = None  # holds the committed sequences once registered (ShardPool.register)
         self.write_lock = pool.part_locks[name]
-        self._rr = 0
+        self.turn = 0  # round robin over the replicas a search may ask first
 
     @property
     def shards(self) -> list[int]:
@@ -187,6 +217,13 @@ class RemotePart:
                 last = exc
         raise PartUnavailableError(f"no in-sync replica of {self.name} answered: {last}")
 
+    def get_vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The vectors of ``ids`` (all held) from an in-sync replica."""
+        got = self.get(np.asarray(ids, np.int64), vectors=True)
+        if got["ids"].size != len(ids):
+            raise PartUnavailableError(f"{self.name}: a replica lacks some of the ids asked")
+        return got["vectors"]
+
     def begin(self, q: np.ndarray, k: int, params: dict, done: threading.Event,
               deadline: float | None = None) -> PartCall:
         """Start a search on a replica; ``done`` is set whenever a replica answers (several
@@ -269,34 +306,101 @@ class RemotePart:
                              f"{through} yet; will retry")
 
 
-def load_router(data: bytes, pool: ShardPool, **attributes: Any):
-    """An exported PyramidIndex (centres, meta-HNSW, partition, MIPS lists) loaded here with its
-    parts on ``pool``'s shard servers; ``attributes`` (``part_schema``, ``part_incarnation``)
-    are set on it before its parts are made."""
-    from ..index import loads
+class PartCall:
+    """One part's search in flight: the primary replica's call, then a hedge to another replica
+    after the part's p95 latency (within the hedge budget) or a fail-over when the primary's
+    shard fails or is declared down."""
 
-    def setup(idx):
-        idx.parts_factory = pool.make_parts
-        for k, v in attributes.items():
-            setattr(idx, k, v)
+    def __init__(self, part: RemotePart, q: np.ndarray, k: int, params: dict,
+                 done: threading.Event, deadline: float | None = None):
+        pool = self.pool = part.pool
+        self.part = part
+        cands = pool.serving(part)
+        if not cands:
+            raise PartUnavailableError(f"no in-sync replica of {part.name} is up")
+        part.turn += 1
+        cands = cands[part.turn % len(cands):] + cands[: part.turn % len(cands)]
+        now = time.monotonic()  # replicas that just lost a hedge race go last for a while
+        cands.sort(key=lambda s: pool.slow_until.get(s, 0.0) > now)
+        self.cands = cands
+        if deadline is not None:  # leave the coordinator time to merge and answer
+            deadline -= min(DEADLINE_MARGIN_MAX,
+                            DEADLINE_MARGIN_SHARE * max(0.0, deadline - time.monotonic()))
+        self.deadline = deadline
+        params = dict(params)
+        lists = {name: params.pop(name) for name in ("allow", "deny") if name in params}
+        where = params.pop("where", None)  # a filter the part's attributes answer
+        self.request = (q, k, convert.dump_params(params), lists, where)
+        pool.query_parts += q.shape[0]  # a metric: unlocked, an increment lost now and then
+        self.done = done
+        self.box: list = []
+        self.lock = threading.Lock()
+        self.started = [cands[0]]
+        pool.executor.submit(self._call, cands[0], False)
+        self.hedge_at = time.monotonic() + pool.hedge_delay(part.name)
+        self.hedged = False
 
-    return loads(data, setup=setup)
+    def _call(self, sid: int, hedge: bool) -> None:
+        pool, (q, k, pj, lists, where) = self.pool, self.request
+        cli = pool.client(sid)
+        timeout = cli.timeout if self.deadline is None else max(
+            0.001, self.deadline - time.monotonic())
+        t0 = time.monotonic()
+        try:  # blocking, on the pool's thread (see ShardClient.search_once)
+            out = cli.search_once(self.part.name, q, k, pj, timeout=timeout, where=where,
+                                  **lists)
+            if not hedge:
+                pool.record(self.part.name, time.monotonic() - t0)
+        except Exception as exc:  # typed ServiceError from the shard, or any local failure
+            out = exc
+        with self.lock:
+            self.box.append((sid, out))
+        self.done.set()
 
+    def nap(self) -> float:
+        """How long the waiter may sleep before calling poll again."""
+        # wake often: a straggler's shard may be declared down, or a hedge become due
+        nap = 0.02 if len(self.started) < len(self.cands) else 0.1
+        if self.deadline is not None:
+            nap = min(nap, max(0.0, self.deadline - time.monotonic()))
+        return nap
 
-def open_router(coordinator: str, name: str, etcd: str, cluster: str, **pool_options: Any):
-    """A read-only copy of a collection's router in this process, searching the shard servers
-    directly: a query skips the coordinator hop. It does not follow later writes' routing
-    (send writes through a coordinator, and re-open to see them). ``router.parts[0].pool``
-    holds the connections; close it when done."""
-    from ..service.client import connect
-    from .control.etcd import Etcd
-    from .control.state import ClusterState
-    from .shards import ShardPool
+    def poll(self) -> SearchResult | None:
+        """The answer once a replica gave one; None while waiting (starting a hedge or a
+        fail-over when due); raises PartUnavailableError when every replica failed or the
+        deadline passed, and the replica's error when it is not transient."""
 
-    client = Etcd(etcd, f"simsearch/{cluster}")
-    state = ClusterState(client)
-    pool = ShardPool(state, **pool_options)
-    pool.closers += [state.close, client.close]
-    with connect(coordinator, timeout=600) as c:
-        _config, data = c.export_collection(name)
-    return load_router(data, pool)
+        pool, started, cands = self.pool, self.started, self.cands
+        with self.lock:
+            results = list(self.box)
+        for sid, out in results:
+            if isinstance(out, SearchResult):
+                if sid != started[0]:  # the hedge won: avoid the straggler for a while
+                    pool.slow_until[started[0]] = time.monotonic() + pool.slow_penalty
+                return out
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise PartUnavailableError(f"{self.part.name}: the deadline passed")
+        for sid, out in results:
+            code = getattr(out, "code", None)
+            if not isinstance(code, str):  # not a service fault: a grpc error the client could
+                code = "UNKNOWN"  # not map, or a local one (the call never left)
+                if isinstance(out, SimsearchError):
+                    raise out
+            if code not in _TRANSIENT and code != "NOT_FOUND":  # NOT_FOUND: a replica that
+                raise out  # restarted empty and has not caught up yet; try another
+            if code == "UNAVAILABLE":
+                pool.mark_down(sid)
+        failed = {sid for sid, _ in results}
+        if failed >= set(started) and len(started) == len(cands):
+            raise PartUnavailableError(f"every replica of {self.part.name} failed")
+        if len(started) == len(cands):
+            return None
+        live = [s for s in started if s not in failed and pool.up.get(s)]
+        if not live:  # failed, or its shard was declared down meanwhile: fail over now
+            started.append(cands[len(started)])
+            pool.executor.submit(self._call, started[-1], True)
+        elif not self.hedged and time.monotonic() >= self.hedge_at and pool.take_hedge():
+            self.hedged = True  # straggler: a second replica races the first
+            started.append(cands[len(started)])
+            pool.executor.submit(self._call, started[-1], True)
+        return None

@@ -13,10 +13,12 @@ applied meanwhile.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import faiss
 import numpy as np
 
 from ..filters import IdFilter
@@ -317,9 +319,7 @@ class Router:
                              topr_ids=topr_ids, topr_scores=topr_scores)
 
     def _replace(self, **changes: Any) -> Router:
-        from dataclasses import replace
-
-        return replace(self, **changes)
+        return dataclasses.replace(self, **changes)
 
     # -- persistence ------------------------------------------------------------------------
 
@@ -412,8 +412,6 @@ def nearest_centres(x: np.ndarray, centres: np.ndarray, spherical: bool,
                     k: int) -> tuple[np.ndarray, np.ndarray]:
     """(distances, centres) of each row's ``k`` nearest centres, nearest first: 1 - inner
     product for unit centres (``spherical``), squared L2 else."""
-    import faiss
-
     flat = faiss.IndexFlatIP(centres.shape[1]) if spherical else faiss.IndexFlatL2(
         centres.shape[1])
     flat.add(centres)

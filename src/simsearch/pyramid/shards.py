@@ -11,17 +11,20 @@ import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ..errors import SimsearchError
+from ..index import loads
 from ..service.errors import (
     AuthenticationError,
     PermissionDeniedError,
     ServiceUnavailableError,
 )
+from ..service.shardclient import connect_shard
 from .fanout import search_parts
+from .index import PyramidIndex, part_spec
 from .parts import RemotePart, RouterBehindError
 
 log = logging.getLogger(__name__)
@@ -58,11 +61,8 @@ class ShardPool:
                  next_attempt: Callable[[], int] | None = None, timeout: float = 30.0,
                  health_interval: float = 0.2, hedge_fraction: float = 0.1,
                  token: str | None = None, tls_ca: str | None = None):
-        from functools import partial
-
-        from ..service.shardclient import connect_shard as _connect
-
-        self._connect = partial(_connect, token=token, tls_ca=tls_ca)  # shards behind auth / TLS
+        # shards behind auth / TLS
+        self._connect = partial(connect_shard, token=token, tls_ca=tls_ca)
         self.state = state
         self.is_leader = is_leader
         self.fence = fence
@@ -316,21 +316,25 @@ class ShardPool:
 
     # -- parts ------------------------------------------------------------------------------
 
-    def make_parts(self, index, n_parts: int) -> tuple[list[RemotePart], Callable]:
-        """The parts factory handed to PyramidIndex (its ``parts_factory``): the parts of the
-        collection ``index.part_prefix``, on the replicas the cluster map assigns, and
-        ``search_parts`` to search them."""
-        if index.part_prefix is None:
-            raise SimsearchError("a clustered PyramidIndex needs part_prefix (its collection name)")
-        out = [RemotePart(self, f"{index.part_prefix}.p{j}", {
-            "dim": index.dim, "metric": index.metric, "kind": index.sub_index,
-            "params": index.sub_params, "schema": index.part_schema,
-            "incarnation": index.part_incarnation}, index, j)
-            for j in range(n_parts)]
+    def router(self, name: str, config: dict, data: bytes | None = None) -> PyramidIndex:
+        """Cluster collection ``name``'s router (``config``: its dim, metric, params, schema,
+        incarnation) over its parts on this pool's shards, searched by ``search_parts``: new
+        (``data`` None), or loaded from its file (then, on the leader, a part's collection
+        missing on a replica is made again, and one of another incarnation marked out of
+        sync)."""
+        n_parts, kind, sub_params = part_spec(config["params"])
+        parts = [RemotePart(self, f"{name}.p{j}", {
+            "dim": config["dim"], "metric": config["metric"], "kind": kind,
+            "params": sub_params, "schema": config.get("schema"),
+            "incarnation": config.get("incarnation", "")}, j) for j in range(n_parts)]
+        if data is None:
+            return PyramidIndex(config["dim"], config["metric"], **config["params"],
+                                parts=parts, fanout=search_parts)
+        index = loads(data, parts=parts, fanout=search_parts)
         if self.is_leader():
-            for part in out:
-                part.ensure(fresh=not index.is_trained)
-        return out, search_parts
+            for part in parts:
+                part.ensure()
+        return index
 
     def register(self, index, owner) -> None:
         """Make ``index``'s parts the ones recovery and moves act through (a router copy

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from .control.etcd import Etcd
+
 
 def _decode(value: bytes):
     try:
@@ -17,8 +19,6 @@ def cluster_status(url: str, cluster: str, up: dict | None = None, tls=None) -> 
     """The cluster as etcd has it, with local pids: ``{"cluster", "etcd", "processes",
     "collections"}``; each process has ``role``, ``address``, ``pid`` and, for shards,
     ``id``, ``parts`` and ``state``."""
-    from .control.etcd import Etcd
-
     up = up or {}
     pids = {i.get("address"): i.get("pid") for i in up.get("processes", {}).values()}
     with Etcd(url, f"simsearch/{cluster}", timeout=3.0, tls=tls) as etcd:

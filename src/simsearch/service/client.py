@@ -15,14 +15,13 @@ writes, each durable on its own. grpc is imported only when a client is made.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import copy
 import functools
 import json
 import os
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from .api import ClientAPI
 from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
 from .requests import _REQUEST_OVERHEAD, ClientRequests, CollectionRequests, describe_info, run
 
-__all__ = ["Client", "RemoteCollection", "connect", "call_as", "call_deadline", "error_from"]
+__all__ = ["Client", "RemoteCollection", "connect", "error_from"]
 
 #: calls grpc retries on UNAVAILABLE (its service config). Add and Remove are retried too, but
 #: only when the call is idempotent (an upsert with explicit ids, a remove with missing_ok): the
@@ -58,39 +57,6 @@ def retry_after(err, attempt: int, idempotent_attempts: int) -> float | None:
             "Concurrent RPC limit" in (err.details() or ""):
         return min(1.0, 0.02 * 2**attempt) * (0.5 + random.random())
     return None
-
-
-#: an absolute time.monotonic() deadline for the calls made inside ``call_deadline``
-_CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "simsearch_call_deadline", default=None)
-
-
-@contextlib.contextmanager
-def call_deadline(deadline: float | None) -> Iterator[None]:
-    """Calls made in this block (this thread or context) end by ``deadline`` (monotonic), even
-    when the client's own timeout is longer: a server passing its caller's deadline on."""
-    token = _CALL_DEADLINE.set(deadline)
-    try:
-        yield
-    finally:
-        _CALL_DEADLINE.reset(token)
-
-
-#: the bearer token calls made inside ``call_as`` send instead of the client's own
-_CALL_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "simsearch_call_token", default=None)
-
-
-@contextlib.contextmanager
-def call_as(token: str | None) -> Iterator[None]:
-    """Calls made in this block send ``token`` (None: the client's own): a follower
-    coordinator forwarding a write with its caller's credentials (docs/service.md, "Security
-    model")."""
-    saved = _CALL_TOKEN.set(token)
-    try:
-        yield
-    finally:
-        _CALL_TOKEN.reset(saved)
 
 
 def _service_config() -> str:
@@ -273,7 +239,8 @@ class Client(ClientRequests):
             )
         else:
             self._channel = grpc.insecure_channel(target, options=options)
-        self._own_metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._bound_deadline: float | None = None
         self._stub = pb_grpc.SimSearchStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._info = None
@@ -282,10 +249,16 @@ class Client(ClientRequests):
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    @property
-    def _metadata(self) -> tuple:
-        token = _CALL_TOKEN.get()
-        return self._own_metadata if token is None else (("authorization", f"Bearer {token}"),)
+    def bound(self, deadline: float | None = None, token: str | None = None) -> Client:
+        """A view of this client on the same channel whose calls end by ``deadline``
+        (time.monotonic()) even when its timeout is longer, and send ``token`` (None: this
+        client's own): a coordinator forwarding a write with its caller's deadline and
+        credentials (docs/service.md, "Security model"). Close the client, not the view."""
+        view = copy.copy(self)
+        view._bound_deadline = deadline
+        if token is not None:
+            view._metadata = (("authorization", f"Bearer {token}"),)
+        return view
 
     def _call(self, method: str, request, idempotent: bool = False,
               deadline: float | None = None):
@@ -311,7 +284,7 @@ class Client(ClientRequests):
                 time.sleep(wait)
 
     def _timeout(self, deadline: float | None = None) -> float:
-        scoped = _CALL_DEADLINE.get()
+        scoped = self._bound_deadline
         if deadline is None and scoped is None:
             return self.timeout
         end = min(d for d in (deadline, scoped) if d is not None)

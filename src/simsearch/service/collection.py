@@ -193,8 +193,6 @@ class Collection:
     part's fenced writes; a part's replica is the subclass PartReplica (partreplica.py), which
     takes those and nothing else."""
 
-    part_replica = False  # the class says what a collection is (service.protocols)
-
     def __init__(self, name: str, path: Path, snapshot_wal_bytes: int = DEFAULT_SNAPSHOT_WAL_BYTES,
                  limits: Limits = DEFAULT_LIMITS, durable: bool = True):
         self.name = name

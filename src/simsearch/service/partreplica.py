@@ -73,8 +73,6 @@ def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record,
 class PartReplica(Collection):
     """A Pyramid part's replica (module docstring); a PartReplica of service.protocols."""
 
-    part_replica = True
-
     def _check_writer(self, part: bool | str) -> None:
         if not part:
             raise FencedPartError(

@@ -1,15 +1,15 @@
 """What the gRPC servicer needs from a collection store, as protocols: a node's own store
 (service.store.Store) and a cluster coordinator (pyramid.coordinator.Coordinator) both provide
-them, so the service never imports the cluster and never probes an object for what it is.
+them, so the service never imports the cluster.
 
-Capabilities are declared, not discovered: a store says whether it keeps blobs (``blobs`` is a
-BlobStore or None) and which metrics it adds (``collectors()``); a collection says whether it takes
-part writes (``part_replica``: a shard server's copy of a cluster part)."""
+Capabilities are declared: a store says whether it keeps blobs (``blobs`` is a BlobStore or
+None) and which metrics it adds (``collectors()``); a collection takes a cluster's part writes
+when its class implements PartReplica (a shard server's copy of a cluster part)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..index import SearchResult
 
@@ -19,7 +19,6 @@ class ServedCollection(Protocol):
 
     name: str
     config: dict
-    part_replica: bool  # True: also a PartReplica
 
     def describe(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, Any]: ...
@@ -39,6 +38,7 @@ class ServedCollection(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
 class PartReplica(ServedCollection, Protocol):
     """A shard server's copy of a cluster part: the fenced part writes (docs/cluster.md)."""
 

@@ -159,7 +159,7 @@ def _info(col: ServedCollection) -> pb.CollectionInfo:
         supports_remove=d["supports_remove"],
         search_params=d["search_params"],
         schema_json=json.dumps(d.get("schema", {})),
-        part_replica=bool(getattr(col, "part_replica", False)),
+        part_replica=isinstance(col, PartReplica),
         incarnation=str(d.get("incarnation", "")),
     )
 
@@ -392,7 +392,7 @@ class SimSearchServicer(pb_grpc.SimSearchServicer):
 
     def _part(self, name: str) -> PartReplica:
         col = self.store.get(name)
-        if not col.part_replica:  # an ordinary collection, or a coordinator's
+        if not isinstance(col, PartReplica):  # an ordinary collection, or a coordinator's
             raise NotPartReplicaError(
                 f"collection {name!r} is not a Pyramid part replica: part calls go only to "
                 "collections a cluster created as parts on its shard servers")

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from ...errors import InvalidParameterError, SimsearchError
 from .errors import CoordinationError
 from .etcd_settings import (  # noqa: F401  (re-exported: the members' settings of etcd)
@@ -375,8 +377,6 @@ class Etcd:
                 ):
                     return int(resp.TTL)
             except Exception as exc:
-                import grpc
-
                 if isinstance(exc, grpc.RpcError):
                     self._client._manage_grpc_errors(
                         exc

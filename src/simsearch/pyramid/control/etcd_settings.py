@@ -3,7 +3,10 @@ safe for production (docs/cluster-hosts.md)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+import grpc
 
 from ...errors import InvalidParameterError, SimsearchError
 
@@ -18,8 +21,6 @@ class UnsafeEtcdError(SimsearchError, RuntimeError):
 
 def parse_etcd_version(text: str) -> tuple[int, ...]:
     """``(3, 4, 23)`` from "3.4.23" or from ``etcd --version`` output ("etcd Version: 3.4.23")."""
-    import re
-
     m = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
     if m is None:
         raise ValueError(f"no etcd version in {text[:200]!r}")
@@ -43,8 +44,6 @@ class EtcdTLS:
     key: str
 
     def credentials(self):
-        import grpc
-
         def read(path: str) -> bytes:
             with open(path, "rb") as f:
                 return f.read()
