@@ -253,7 +253,7 @@ class SimsearchAdapter(Adapter):
         )
         self.index.train(base)
         self.index.add(base)
-        self._threads_param = "n_threads" in self.index.search_params
+        self._threads_param = "n_threads" in self.index.capabilities.search_params
 
     def query(self, q: np.ndarray, k: int, **search_params: Any) -> np.ndarray:
         if self._threads_param:

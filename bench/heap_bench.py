@@ -33,7 +33,7 @@ def main() -> None:
     ]
     with thread_limit(1):
         for name, idx, params, ks in cases:
-            if idx.needs_training:
+            if idx.capabilities.needs_training:
                 idx.train(x)
             idx.add(x)
             for k in ks:

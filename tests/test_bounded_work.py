@@ -28,7 +28,7 @@ def test_bad_search_parameters_are_typed(case):
     x, _ = items_of(case, 400, 3, 16, 0)
     idx = case.make(dim_of(case, 16), case.metrics[0], x)
     idx.add(x)
-    for name in sorted(idx.search_params):
+    for name in sorted(idx.capabilities.search_params):
         for value in BAD_VALUES:
             try:
                 r = idx.search(x[:3], 5, **{name: value})

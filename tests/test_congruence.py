@@ -67,7 +67,7 @@ def calls(col, x, q, attrs):
 def test_the_same_calls_answer_the_same_everywhere(kind, metric, params, data, clients):
     x, q, attrs = data
     ref = ss.create_index(kind, DIM, metric, **params)
-    if ref.needs_training:
+    if ref.capabilities.needs_training:
         ref.train(x)
     ref.add(x[:200])
     ref.add(x[200:], ids=np.arange(1000, 1100))
@@ -76,7 +76,7 @@ def test_the_same_calls_answer_the_same_everywhere(kind, metric, params, data, c
     answers = {}
     for where, c in clients.items():
         col = c.create_collection(f"c{next(_names)}", DIM, metric, kind, **params)
-        if ref.needs_training:
+        if ref.capabilities.needs_training:
             col.train(x)
         answers[where] = calls(col, x, q, attrs)
     first = answers["memory"]

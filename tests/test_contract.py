@@ -354,7 +354,7 @@ def test_bad_search_parameters_are_refused(case, data):
     metric = case.metrics[0]
     idx = built(case, metric, base[:300])
     accepted = []
-    for name in sorted(idx.search_params):
+    for name in sorted(idx.capabilities.search_params):
         for value in _BAD_SEARCH.get(name, []):
             try:
                 idx.search(queries[:2], K, **{**case.search_kw, name: value})

@@ -74,10 +74,10 @@ def anchors(path: Path) -> set[str]:
 
 
 def test_relative_links_resolve():
-    """Every relative link in README.md and docs/*.md names a file that exists, and an anchor
+    """Every relative link in README.md and docs/ names a file that exists, and an anchor
     its headings make."""
     broken = []
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
         for target in LINK.findall(text):
             if re.match(r"[a-z]+:", target):  # http(s):, mailto:

@@ -206,7 +206,7 @@ def test_small_adds_go_to_the_tail_and_stay_exact(kind, monkeypatch):
     monkeypatch.setattr(normscan, "_TAIL_MIN", 64)  # merges happen within the test
     base, queries = synthetic_longtail(n=2500, dim=12, n_queries=15, n_clusters=10, seed=3)
     idx = ss.create_index(kind, 12, "ip", **({"n_lists": 8} if kind == "norm-ivf" else {}))
-    if idx.needs_training:
+    if idx.capabilities.needs_training:
         idx.train(base)
     flat = ss.FlatIndex(12, "ip")
     rng = np.random.default_rng(0)

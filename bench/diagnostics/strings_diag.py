@@ -1,4 +1,4 @@
-"""Proteins diagnostics for CNN-ED training (docs/bench-strings.md, "Why proteins falls short").
+"""Proteins diagnostics for CNN-ED training (docs/bench/strings.md, "Why proteins falls short").
 
     python -m bench.diagnostics.strings_diag [--n-queries 100]
 

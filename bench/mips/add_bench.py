@@ -22,7 +22,7 @@ from simsearch.eval import best_time, thread_limit
 def run(kind: str, n: int, batch: int, adds: int) -> dict:
     x, q = synthetic_longtail(n=n + batch * adds, dim=64, n_queries=1000, seed=0)
     idx = ss.create_index(kind, 64, "ip", **({"n_lists": 1000} if kind == "norm-ivf" else {}))
-    if idx.needs_training:
+    if idx.capabilities.needs_training:
         idx.train(x[:n])
     idx.add(x[:n])
     params = {"n_probe": 32} if kind == "norm-ivf" else {}

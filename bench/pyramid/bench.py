@@ -1,4 +1,4 @@
-"""Pyramid cluster benchmarks (docs/bench-pyramid.md) over real local processes.
+"""Pyramid cluster benchmarks (docs/bench/pyramid.md) over real local processes.
 
     python -m bench.pyramid.bench sweep  --metric cosine --n-base 100000 --shards 4
     python -m bench.pyramid.bench faults --metric cosine --n-base 20000

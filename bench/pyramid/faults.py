@@ -1,7 +1,7 @@
 """Throughput over time through a leader kill, a partition of the leader's host and a scale-out
 (and drain), on a cluster whose etcd, shards and coordinators each run on their own simulated host
 (network namespaces; needs root). The same scenarios as tests/pyramid/test_netns_faults.py, run
-longer, plotted for docs/bench-pyramid.md ("Faults on the etcd control plane").
+longer, plotted for docs/bench/pyramid.md ("Faults on the etcd control plane").
 
     flock /tmp/simsearch-bench.lock python bench/pyramid/faults.py --seconds 130
 

@@ -1,4 +1,4 @@
-"""Search latency on the leader while it writes and moves replicas (docs/bench-pyramid.md).
+"""Search latency on the leader while it writes and moves replicas (docs/bench/pyramid.md).
 
     python -m bench.pyramid.latency --n-base 100000 --seconds 10
 

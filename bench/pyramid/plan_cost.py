@@ -1,4 +1,4 @@
-"""What a write costs the router in process (docs/bench-pyramid.md, "The router as a value"):
+"""What a write costs the router in process (docs/bench/pyramid.md, "The router as a value"):
 planning an upsert of ``--batch`` items on a router of ``--n`` items (a Draft: remove, then
 add) and installing it, median over ``--writes`` writes, for cosine and for MIPS lists.
 

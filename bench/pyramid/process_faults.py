@@ -1,5 +1,5 @@
 """A fixed-rate query stream while shard processes are SIGKILLed, SIGSTOPped and killed during
-writes (docs/bench-pyramid.md, "Fault runs")."""
+writes (docs/bench/pyramid.md, "Fault runs")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Recall@10 and throughput against the branching factor through a coordinator, beside the naive
-scheme; and the tables, summaries and plot of those runs (docs/bench-pyramid.md)."""
+scheme; and the tables, summaries and plot of those runs (docs/bench/pyramid.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tables and plots for docs/bench-quant.md from bench/results/quant/*.json (written by
+"""Tables and plots for docs/bench/quant.md from bench/results/quant/*.json (written by
 bench/quant/bench.py): recall@k within the top T per method, and recall@20 against T as PNGs.
 
     python -m bench.quant.report glove-50-pq-opq-rq glove-50k-lsq ... --png-dir docs/img

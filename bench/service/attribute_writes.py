@@ -1,5 +1,5 @@
 """What a one-item write costs a collection with many items and attribute columns, and what it
-costs the searches running meanwhile (docs/bench-service.md, "Attribute writes").
+costs the searches running meanwhile (docs/bench/service.md, "Attribute writes").
 
     python bench/service/attribute_writes.py [--items 1000000] [--columns 64] [--writes 300]
 

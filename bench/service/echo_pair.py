@@ -148,7 +148,7 @@ def pinned(on: bool):
 def sched_batch(on: bool):
     """With ``on``, processes started inside run under SCHED_BATCH (their threads inherit the
     calling thread's policy): a woken thread of theirs waits for the running one instead of
-    preempting it (docs/bench-service.md, "Where the pinned gap goes")."""
+    preempting it (docs/bench/service.md, "Where the pinned gap goes")."""
     if not on:
         yield
         return

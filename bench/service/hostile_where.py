@@ -1,4 +1,4 @@
-"""A hostile ``where`` beside plain searches: what it costs everyone else (docs/bench-service.md,
+"""A hostile ``where`` beside plain searches: what it costs everyone else (docs/bench/service.md,
 "A hostile where").
 
     python bench/service/hostile_where.py [--n 20000] [--clauses 200000] [--seconds 6]

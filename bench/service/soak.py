@@ -1,6 +1,6 @@
 """A mixed-load soak of one node: searching clients, writing clients, a SIGKILL and restart of the
 server in the middle. Reports failed calls, acknowledged writes lost, latency and the server's
-resident memory over time (docs/bench-service.md, "Soak").
+resident memory over time (docs/bench/service.md, "Soak").
 
     python bench/service/soak.py --minutes 10 --kind hnsw --plot docs/img/soak-hnsw.png
 

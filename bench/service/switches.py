@@ -9,7 +9,7 @@ first, and records the scheduler's switch and wake-up events on the server's CPU
 Prints, per call: each thread's switches out and how many of them were preemptions (switched
 out while still runnable), who took the CPU from whom, and who woke whom. ``--batch`` starts the
 server under SCHED_BATCH (its threads inherit it): a woken thread then waits for the running
-one instead of preempting it. Findings: docs/bench-service.md, "Where the pinned gap goes".
+one instead of preempting it. Findings: docs/bench/service.md, "Where the pinned gap goes".
 """
 
 from __future__ import annotations

@@ -5,13 +5,16 @@ hnswlib trusts the state it is handed: a link, a level or a size out of range re
 out of bounds. :func:`check_state` recomputes every size from ``dim`` and ``M`` as hnswlib
 does and checks every link, level and label before ``__setstate__`` sees them; files written
 by hnswlib itself (kept by older simsearch files) are parsed here into the same state, so they
-pass the same checks and never reach hnswlib's own loader.
+pass the same checks and never reach hnswlib's own loader. Also the reorder an add of a
+graph index makes (``relayout``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import hnswlib
@@ -19,6 +22,7 @@ import numpy as np
 
 from ._kernels import bfs_order
 
+log = logging.getLogger(__name__)
 SPACES = ("l2", "ip", "cosine")
 _MAX_DIM = 1 << 16
 _MAX_M = 1 << 12
@@ -298,3 +302,13 @@ def hnswlib_graph(h: hnswlib.Index) -> dict[str, Any]:
         "entry": int(label[int(st["enterpoint_node"])]) if n else 0,
         "max_level": max(int(st["max_level"]), 0) if n else 0,
     }
+
+
+def relayout(reorder: Callable[[], None], n: int) -> None:
+    """An add's automatic reorder, best effort: the items are in by then and must stay
+    recorded, and a reorder that fails (out of memory) leaves the old layout whole, so the
+    failure is logged and the add goes on."""
+    try:
+        reorder()
+    except (MemoryError, RuntimeError) as e:
+        log.warning("kept insertion order for %d items: the reorder failed (%s)", n, e)

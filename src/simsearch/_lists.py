@@ -4,7 +4,7 @@ Lists are spherical k-means cells of the items' directions. A query ranks them b
 list's largest norm R times its inner product with the centroid c, an estimate of the best q·x
 in the list that, as NR-LSH's ranking across norm ranges does, lets a list of large vectors a
 little off the query's direction outrank a list of small ones right on it (docs/architecture.md,
-"MIPS"; measured against q·c alone in docs/bench-quant.md).
+"MIPS"; measured against q·c alone in docs/bench/quant.md).
 """
 
 from __future__ import annotations

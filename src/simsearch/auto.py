@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .capabilities import Capabilities
 from .errors import InvalidParameterError
 from .filters import IdFilter
 from .index import Index, SearchResult, as_matrix, create_index, loads, register
@@ -55,14 +56,14 @@ class Candidate:
         """Built (trained first where it must be) and filled with ``x``."""
         build = self.build(dim, x.shape[0]) if callable(self.build) else self.build
         idx = create_index(self.kind, dim, metric, **build)
-        if type(idx).needs_training:
+        if idx.capabilities.needs_training:
             idx.train(x)
         return idx
 
 
 def _neq_build(dim: int, n: int) -> dict:
     """NEQ over PQ with inverted lists (sqrt(n) lists, norm-aware list ranking) and exact
-    re-ranking: a partition + quantized-score method, as ScaNN is (docs/bench-quant.md)."""
+    re-ranking: a partition + quantized-score method, as ScaNN is (docs/bench/quant.md)."""
     return {"base": "pq", "n_codebooks": max(2, dim // 4),
             "nbits": int(min(8, max(4, math.log2(max(n, 2) / 39)))),  # ~39 points per centroid
             "n_lists": max(1, int(math.sqrt(n))), "keep_vectors": True, "progress": False}
@@ -245,8 +246,8 @@ class AutoIndex(Index):
     True
     """
 
-    search_params = frozenset({"ef", "max_items", "n_probe_items", "n_probe", "rerank",
-                               "n_threads"})
+    capabilities = Capabilities(search_params=frozenset(
+        {"ef", "max_items", "n_probe_items", "n_probe", "rerank", "n_threads"}))
 
     def __init__(self, dim: int, metric: str = "ip", target_recall: float = 0.9, k: int = 10,
                  candidates: list[str] | tuple[str, ...] | None = None,
@@ -549,11 +550,11 @@ class AutoIndex(Index):
     def _search(self, q: np.ndarray, k: int, allow: Any = None, deny: Any = None,
                 boost: float = 1.0, **params: Any) -> SearchResult:
         inner = self._inner
-        extra = set(params) - inner.search_params
+        takes = inner.capabilities.search_params
+        extra = set(params) - takes
         if extra:
             raise InvalidParameterError(
-                f"the chosen index ({inner.kind}) takes {sorted(inner.search_params)}; got "
-                f"{sorted(extra)}")
+                f"the chosen index ({inner.kind}) takes {sorted(takes)}; got {sorted(extra)}")
         return inner.search(q, k, allow=allow, deny=deny, **{**self._boosted(boost), **params})
 
     def _get_state(self):

@@ -36,7 +36,7 @@ def index_builder(make: Callable, knob: Callable[[object], dict]) -> Callable:
     carries the index's ``memory`` in bytes."""
     def build(x):
         idx = make()
-        if idx.needs_training:
+        if idx.capabilities.needs_training:
             idx.train(x)
         idx.add(x)
 

@@ -1,5 +1,5 @@
 """Allow and deny lists: their validation and the small pieces the planner of filtered searches
-is made of (the planner itself: ``Index._search_filtered``; docs/filters.md).
+is made of (the planner itself: planner.py; docs/filters.md).
 
 ``Index.search(q, k, allow=None, deny=None)``: each of ``allow`` / ``deny`` is None, one array of
 ids for every query, or a sequence of one array per query. A result holds only ids that are
@@ -59,21 +59,6 @@ class IdFilter:
         if d is not None and d.size:
             ok &= ~in_sorted(d, ids)
         return ok
-
-
-class BeamFilterHooks:
-    """The planner's hooks (``Index._traversal_reads``, ``Index._widen``) for a kind searched
-    by a beam ``ef`` (default max(k, 64)) over a graph of ``M`` links per node: a query reads
-    about ef * M vectors, and widening multiplies the beam."""
-
-    def _traversal_reads(self, k: int, params: dict) -> float:
-        ef = params.get("ef") or max(k, 64)
-        return float(max(ef, k) * self._params["M"])
-
-    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
-        ef = params.get("ef") or max(k, 64)
-        ef = min(len(self), int(np.ceil(max(ef, k) * w)))
-        return ef, {**params, "ef": ef}
 
 
 def in_sorted(sorted_ids: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -8,12 +8,13 @@ import numpy as np
 
 from ._exact import exact_scores, exact_topk, topk_from_scores
 from .index import Index, SearchResult, check_restored, normalize_rows, register
+from .planner import FilterPlanner
 
 __all__ = ["FlatIndex", "exact_scores", "topk_from_scores"]
 
 
 @register("flat")
-class FlatIndex(Index):
+class FlatIndex(FilterPlanner, Index):
     """Exact search by brute force over every stored vector (numpy BLAS, blocked).
 
     Metrics "ip" (inner product), "cosine" (vectors normalized on add) and "l2" (squared

@@ -14,10 +14,11 @@ from ._hnswlib import (
     hnswlib_graph,
     hnswlib_in_walk_order,
     hnswlib_state,
+    relayout,
 )
 from ._numba_util import kernel_width
+from .capabilities import Capabilities
 from .errors import InvalidParameterError
-from .filters import BeamFilterHooks
 from .index import (
     Index,
     SearchResult,
@@ -25,8 +26,8 @@ from .index import (
     check_threads,
     pad_score,
     register,
-    relayout,
 )
+from .planner import BeamFilterHooks, FilterPlanner
 
 _SPACES = {"ip": "ip", "cosine": "cosine", "l2": "l2"}
 # smaller graphs keep insertion order: hnswlib prefetches each neighbour's row, so the order
@@ -76,7 +77,7 @@ def _byte_table(top: int, allow=None, deny=None) -> bytearray:
 
 
 @register("hnsw")
-class HNSWIndex(BeamFilterHooks, Index):
+class HNSWIndex(BeamFilterHooks, FilterPlanner, Index):
     """Hierarchical navigable small world graph (hnswlib).
 
     Parameters
@@ -95,7 +96,7 @@ class HNSWIndex(BeamFilterHooks, Index):
     ``n_threads`` (default 1: per-query paths and servers run single-threaded; pass -1 for all
     cores on large batches). remove() marks items deleted (hnswlib deletion marks) and later adds
     take over their slots, so memory follows the live item count, not the number of adds ever
-    made (docs/bench-service.md, "Soak"); a removed id may be added again.
+    made (docs/bench/service.md, "Soak"); a removed id may be added again.
 
     >>> import numpy as np, simsearch as ss
     >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
@@ -105,7 +106,7 @@ class HNSWIndex(BeamFilterHooks, Index):
     [[0], [1], [2]]
     """
 
-    search_params = frozenset({"ef", "n_threads"})
+    capabilities = Capabilities(search_params=frozenset({"ef", "n_threads"}))
 
     def __init__(
         self,

@@ -1,6 +1,7 @@
-"""The Index contract every index honours, its result type, the registry of index kinds, and
-``save`` / :func:`load` / ``to_bytes`` / :func:`loads` (the format itself: fileformat.py; the
-input checks: _validate.py).
+"""The Index contract every index honours, the registry of index kinds, and ``save`` /
+:func:`load` / ``to_bytes`` / :func:`loads` (the format itself: fileformat.py; the input checks:
+_validate.py; the result type: results.py; the id set: ids.py; what a kind can do:
+capabilities.py; the planner of filtered searches: planner.py).
 
 Concurrency (docs/architecture.md, "Concurrency"): every index carries one reader-writer lock, taken
 here and nowhere else. Searches and saves share the read side and run in parallel; train, add and
@@ -13,13 +14,10 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ._exact import exact_topk
 from ._rwlock import RWLock
 from ._validate import (  # noqa: F401  (re-exported: the contract's validation)
     MAX_ID,
@@ -38,10 +36,9 @@ from ._validate import (  # noqa: F401  (re-exported: the contract's validation)
     higher_is_better,
     normalize_rows,
 )
+from .capabilities import Capabilities
 from .errors import (
     CorruptIndexError,
-    DuplicateIdError,
-    InvalidIdError,
     InvalidParameterError,
     NotTrainedError,
     RetrainNonEmptyError,
@@ -49,222 +46,27 @@ from .errors import (
     UnsupportedOperationError,
 )
 from .fileformat import read_index_bytes, read_index_file, write_index_bytes, write_index_file
-from .filters import IdFilter, compact, in_sorted, parse_filter
+from .filters import IdFilter, parse_filter
+from .ids import IdSet, check_held, check_restored, new_ids  # noqa: F401  (re-exported)
+from .registry import (  # noqa: F401  (re-exported: kinds register here)
+    create_index,
+    index_class,
+    index_kinds,
+    register,
+)
+from .results import (  # noqa: F401  (re-exported: the contract's result)
+    Searchable,
+    SearchResult,
+    empty_result,
+    pad_result,
+    pad_score,
+)
 
 log = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------------------------------------
-# results
-
-
-@dataclass(slots=True)
-class SearchResult:
-    """Top-k answers, best first. ``ids`` int64 (nq, k), -1 where fewer than k results exist.
-    ``scores`` float32 (nq, k): inner product ("ip"), cosine similarity ("cosine") or squared L2
-    distance ("l2"); padding is -inf for similarities and +inf for "l2". ``coverage``: the
-    fraction of the data that answered (below 1.0 only from a cluster that returned a partial
-    result, docs/cluster.md). ``stats``: the batch's work counters, summed over its queries, where
-    the index counts them (ip-NSW+: distance computations; the LSH indexes: probed items and
-    buckets), else None.
-
-    >>> import numpy as np, simsearch as ss
-    >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
-    >>> idx = ss.FlatIndex(16, "l2")
-    >>> _ = idx.add(x[:2])
-    >>> ids, scores = idx.search(x[:1], k=3)   # unpacks; -1 and +inf pad past the 2 items
-    >>> ids.tolist(), bool(np.isinf(scores[0, 2]))
-    ([[0, 1, -1]], True)
-    """
-
-    ids: np.ndarray
-    scores: np.ndarray
-    coverage: float = 1.0
-    stats: dict | None = None
-
-    def __iter__(self) -> Iterator[np.ndarray]:  # allows `ids, scores = idx.search(...)`
-        yield self.ids
-        yield self.scores
-
-
-class Searchable(Protocol):
-    """What is index-like, whatever holds the data: an Index, a collection in process, on a
-    node or on a cluster (embedded, RemoteCollection, a cluster's), a cluster's RemotePart.
-    One search signature for all of them."""
-
-    def search(self, q: Any, k: int, *, allow: Any = None, deny: Any = None,
-               where: dict | None = None, deadline: float | None = None,
-               **params: Any) -> SearchResult: ...
-    def __len__(self) -> int: ...
-
-
-def pad_score(metric: str) -> float:
-    return -np.inf if higher_is_better(metric) else np.inf
-
-
-def empty_result(nq: int, k: int, metric: str) -> SearchResult:
-    return SearchResult(
-        np.full((nq, k), -1, dtype=np.int64), np.full((nq, k), pad_score(metric), np.float32)
-    )
-
-
-def pad_result(r: SearchResult, k: int, metric: str) -> SearchResult:
-    """Widen a (nq, kk) result to (nq, k) with padding; the padding is all it costs."""
-    nq, kk = r.ids.shape
-    if kk >= k:
-        return r
-    out = empty_result(nq, k, metric)
-    out.ids[:, :kk] = r.ids
-    out.scores[:, :kk] = r.scores
-    return out
-
-
-def check_restored(held: np.ndarray, ids: np.ndarray, x: np.ndarray | None = None,
-                   dim: int = 0) -> None:
-    """ValueError unless a restored index's per-row ``ids`` are the held ids, once each, and its
-    vectors ``x`` are (rows, dim): a crafted file must not send a kernel out of bounds."""
-    if ids.ndim != 1 or ids.size != held.size or not np.array_equal(np.sort(ids), held):
-        raise ValueError("the stored ids do not match the ids the index holds")
-    if x is not None and x.shape != (ids.size, dim):
-        raise ValueError(f"stored vectors of shape {x.shape}; expected ({ids.size}, {dim})")
-
-
-def new_ids(ids: Any, n: int, next_id: int, contains: Callable[[np.ndarray], np.ndarray]
-            ) -> np.ndarray:
-    """The ids of an added batch of n rows: the given ones, checked (unique, not held yet), or
-    n consecutive ids from ``next_id``."""
-    if ids is None:
-        if next_id + n - 1 > MAX_ID:
-            raise InvalidIdError(f"{n} new ids from {next_id} would pass the largest id, "
-                                 f"{MAX_ID}; give ids explicitly")
-        return np.arange(next_id, next_id + n, dtype=np.int64)
-    ids = check_batch_ids(ids, n)
-    present = contains(ids)
-    if present.any():
-        raise DuplicateIdError(
-            f"ids must not already be in the index; {int(present.sum())} are, "
-            f"e.g. id {int(ids[present][0])} (remove it first)"
-        )
-    return ids
-
-
-def relayout(reorder: Callable[[], None], n: int) -> None:
-    """An add's automatic reorder, best effort: the items are in by then and must stay
-    recorded, and a reorder that fails (out of memory) leaves the old layout whole, so the
-    failure is logged and the add goes on."""
-    try:
-        reorder()
-    except (MemoryError, RuntimeError) as e:
-        log.warning("kept insertion order for %d items: the reorder failed (%s)", n, e)
-
-
-def check_held(ids: np.ndarray, contains: Callable[[np.ndarray], np.ndarray]) -> None:
-    """Ids to remove: unique and all held."""
-    if np.unique(ids).size != ids.size:
-        raise DuplicateIdError("ids to remove must be unique")
-    missing = ~contains(ids)
-    if missing.any():
-        raise UnknownIdError(
-            f"ids to remove must be in the index; {int(missing.sum())} are not, "
-            f"e.g. id {int(ids[missing][0])}"
-        )
-
-
-class IdSet:
-    """The external ids an index holds, as a sorted int64 array (compact, vectorised lookups)."""
-
-    def __init__(self, ids: np.ndarray | None = None, next_id: int = 0):
-        self.sorted = np.sort(ids) if ids is not None else np.empty(0, np.int64)
-        self.next_id = max(next_id, int(self.sorted[-1]) + 1 if self.sorted.size else 0)
-        self._cached: tuple | None = None  # (the sorted array it was built from, the table)
-
-    def __len__(self) -> int:
-        return int(self.sorted.size)
-
-    def contains(self, ids: np.ndarray) -> np.ndarray:
-        if not self.sorted.size:
-            return np.zeros(ids.shape, bool)
-        if ids.size > 4096:  # long lists (filters): a table of the held ids, when they are dense
-            table = self._table()
-            if table is not None:
-                inside = (ids >= 0) & (ids < table.size)
-                out = np.zeros(ids.shape, bool)
-                out[inside] = table[ids[inside]]
-                return out
-        pos = np.minimum(np.searchsorted(self.sorted, ids), self.sorted.size - 1)
-        return self.sorted[pos] == ids
-
-    def _table(self) -> np.ndarray | None:
-        """A boolean per id 0..max held (None for sparse ids), rebuilt when the set changes."""
-        srt = self.sorted
-        cached = self._cached
-        if cached is not None and cached[0] is srt:
-            return cached[1]
-        top = int(srt[-1])
-        if top > 4 * srt.size + (1 << 20):
-            return None
-        table = np.zeros(top + 1, bool)
-        table[srt] = True
-        self._cached = (srt, table)
-        return table
-
-    def add(self, ids: np.ndarray) -> None:
-        if ids.size:  # merged in by position: one copy, not a sort of every id held
-            new = np.sort(ids)
-            self.sorted = np.insert(self.sorted, np.searchsorted(self.sorted, new), new)
-            self.next_id = max(self.next_id, int(ids.max()) + 1)
-
-    def remove(self, ids: np.ndarray) -> None:
-        self.sorted = self.sorted[~np.isin(self.sorted, ids)]
 
 
 # ---------------------------------------------------------------------------------------------
 # the contract
-
-_REGISTRY: dict[str, type[Index]] = {}
-# Kinds that register on import; later index modules add one line here so load() can find them.
-_KIND_MODULES = {
-    "flat": "simsearch.flat",
-    "norm-scan": "simsearch.normscan",
-    "auto": "simsearch.auto",
-    "hnsw": "simsearch.hnsw",
-    "nr-lsh": "simsearch.lsh",
-    "simple-lsh": "simsearch.lsh",
-    "ipnsw-plus": "simsearch.graph.ipnsw_plus",
-    "neq": "simsearch.quant",
-    "pyramid": "simsearch.pyramid",
-    "strings": "simsearch.strings.string_index",
-}
-
-
-def register(kind: str) -> Callable[[type[Index]], type[Index]]:
-    """Class decorator: make an Index kind loadable by :func:`load` and creatable by name."""
-
-    def deco(cls: type[Index]) -> type[Index]:
-        cls.kind = kind
-        _REGISTRY[kind] = cls
-        return cls
-
-    return deco
-
-
-def index_class(kind: str) -> type[Index]:
-    if kind not in _REGISTRY and kind in _KIND_MODULES:
-        importlib.import_module(_KIND_MODULES[kind])
-    if kind not in _REGISTRY:
-        raise InvalidParameterError(
-            f"unknown index kind {kind!r}; known kinds: {index_kinds()}"
-        )
-    return _REGISTRY[kind]
-
-
-def index_kinds() -> list[str]:
-    return sorted(set(_KIND_MODULES) | set(_REGISTRY))
-
-
-def create_index(kind: str, dim: int, metric: str = "l2", **params: Any) -> Index:
-    """Make an index by registry name, e.g. ``create_index("hnsw", 64, "ip", M=32)``."""
-    return index_class(kind)(dim, metric=metric, **params)
-
 
 class Index:
     """Base class of every index. Subclasses implement ``_add``, ``_search`` and, where they can,
@@ -277,6 +79,7 @@ class Index:
       ``_remove(ids)``: ids known to be present.
       ``_get_state() -> (meta: dict, arrays: dict[str, ndarray])`` and
       ``_set_state(meta, arrays)`` for persistence (``__init__`` params go in ``_params``).
+      ``_search_filtered(q, k, filt, **params)``: allow / deny lists (planner.FilterPlanner).
 
     >>> import numpy as np, simsearch as ss
     >>> x = np.random.default_rng(0).standard_normal((1000, 16)).astype("float32")
@@ -292,37 +95,22 @@ class Index:
 
     kind: ClassVar[str] = "abstract"
     metrics: ClassVar[tuple[str, ...]] = METRICS
-    #: names of per-call search parameters this index accepts
-    search_params: ClassVar[frozenset[str]] = frozenset()
-    needs_training: ClassVar[bool] = False
-    #: True where a search reads only state that writes replace whole and its own parts order
-    #: themselves, so it takes no lock: a Pyramid router over remote parts, whose searches must
-    #: not wait behind a write's network calls (docs/cluster.md, "What is linearizable")
-    lock_free_search: bool = False
-    #: True where ``search`` passes ``where`` / ``deadline`` on to ``_search`` (a cluster's
-    #: router: its remote parts answer the one and are given the other)
-    takes_where: ClassVar[bool] = False
-    takes_deadline: ClassVar[bool] = False
-    #: what an item is: "vectors" (float rows of ``dim``) or "strings" (str; ``dim`` 0)
-    items: ClassVar[str] = "vectors"
-    #: options ``train`` takes besides the sample
-    train_options: ClassVar[frozenset[str]] = frozenset()
-    #: a node logs training and replays it (quick and deterministic); False: it snapshots
-    #: the trained index at once instead
-    train_logged: ClassVar[bool] = True
+    #: what the kind can do (capabilities.py); an instance whose build parameters decide
+    #: holds its own copy
+    capabilities: Capabilities = Capabilities()
 
     def __init__(self, dim: int, metric: str = "l2", **params: Any):
-        if self.items != "vectors" and dim != 0:
+        items = self.capabilities.items
+        if items != "vectors" and dim != 0:
             raise InvalidParameterError(f"dim must be 0 for {type(self).__name__}: its items "
-                                        f"are {self.items}, not vectors; got dim={dim!r}")
-        self.dim = check_int("dim", dim, 1 if self.items == "vectors" else 0, 1 << 16)
+                                        f"are {items}, not vectors; got dim={dim!r}")
+        self.dim = check_int("dim", dim, 1 if items == "vectors" else 0, 1 << 16)
         self.metric = check_metric(metric, self.metrics)
         self._params = dict(params)  # build params, saved in the header and passed back on load
         self._idset = IdSet()
-        self._is_trained = not self.needs_training
+        self._is_trained = not self.capabilities.needs_training
         self._lock = RWLock()  # the concurrency rule: see the module docstring
         self._version = 0  # bumped by every write: keys the filter planner's id lookup
-        self._lookup: tuple | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -389,12 +177,13 @@ class Index:
         Re-training a trained index that holds items raises RetrainNonEmptyError and changes
         nothing; an empty index may be re-trained. ``options``: the class's
         ``train_options``."""
-        if options and not self.train_options.issuperset(options):
+        caps = self.capabilities
+        if options and not caps.train_options.issuperset(options):
             raise InvalidParameterError(
-                f"unknown training option(s) {sorted(set(options) - self.train_options)} for "
-                f"{type(self).__name__}; allowed: {sorted(self.train_options)}")
-        x = self.check_items(x, f"training {self.items}")
-        if not self.needs_training:
+                f"unknown training option(s) {sorted(set(options) - caps.train_options)} for "
+                f"{type(self).__name__}; allowed: {sorted(caps.train_options)}")
+        x = self.check_items(x, f"training {caps.items}")
+        if not caps.needs_training:
             return
         self._check_retrain()
         learnt = self._learn(x, **options)
@@ -414,7 +203,8 @@ class Index:
         """What ``train`` can do without the lock (a long fit); its result goes to ``_train``.
         """
         if len(x) == 0:
-            raise InvalidParameterError(f"training {self.items} must hold at least one; got 0")
+            raise InvalidParameterError(
+                f"training {self.capabilities.items} must hold at least one; got 0")
         return x
 
     def add(self, x: Any, ids: Any = None) -> np.ndarray:
@@ -443,20 +233,21 @@ class Index:
         has passed). Per-call parameters: see the class; one given as a list (or 1-d array)
         holds one value per query, and the queries sharing a value are searched together."""
         k = check_k(k)
-        if params and not self.search_params.issuperset(params):
-            unknown = set(params) - self.search_params
+        caps = self.capabilities
+        if params and not caps.search_params.issuperset(params):
+            unknown = set(params) - caps.search_params
             raise InvalidParameterError(
                 f"unknown search parameter(s) {sorted(unknown)} for {type(self).__name__}; "
-                f"allowed: {sorted(self.search_params)}"
+                f"allowed: {sorted(caps.search_params)}"
             )
         check_deadline(deadline)
         if where is not None:
-            if not self.takes_where:
+            if not caps.takes_where:
                 raise UnsupportedOperationError(
                     f"{type(self).__name__} keeps no attributes for where to filter; a "
                     "collection does (simsearch.connect(), docs/filters.md)")
             params["where"] = where
-        if self.takes_deadline:
+        if caps.takes_deadline:
             params["deadline"] = deadline
         q = self.check_items(q, "queries")
         check_result_size(len(q), k)
@@ -464,8 +255,8 @@ class Index:
         per_query = {name: v for name, v in params.items() if isinstance(v, (list, tuple)) or
                      (isinstance(v, np.ndarray) and v.ndim)} if params else None
         if per_query:
-            return self._search_per_query(q, k, filt, params, per_query)
-        locked = not self.lock_free_search
+            return search_per_query(self, q, k, filt, params, per_query)
+        locked = not caps.lock_free_search
         if locked:  # not `with`: a search is hot, and this is measurably cheaper
             self._lock.acquire_read()
         try:
@@ -482,34 +273,6 @@ class Index:
         finally:
             if locked:
                 self._lock.release_read()
-
-    def _search_per_query(self, q: np.ndarray, k: int, filt: IdFilter | None, params: dict,
-                          per_query: dict) -> SearchResult:
-        """Search the rows sharing the same per-query parameter values together."""
-        nq = len(q)
-        for name, v in per_query.items():
-            if np.ndim(v) != 1 or len(v) != nq:
-                raise InvalidParameterError(
-                    f"{name} given per query must hold one value per query ({nq}); got "
-                    f"{np.shape(v)}")
-        params = {n: v for n, v in params.items() if n not in per_query}
-        columns = [np.asarray(v, object).tolist() for v in per_query.values()]
-        groups: dict[tuple, list[int]] = {}
-        try:
-            for i, key in enumerate(zip(*columns, strict=True)):
-                groups.setdefault(key, []).append(i)
-        except TypeError:
-            raise InvalidParameterError(
-                f"per-query values of {sorted(per_query)} must be numbers or strings") from None
-        out = empty_result(nq, k, self.metric)
-        for key, rows in groups.items():
-            r_ = np.asarray(rows)
-            filters = {} if filt is None else filt.take(r_).kwargs()
-            r = self.search(q[r_], k, **filters, **params,
-                            **dict(zip(per_query, key, strict=True)))
-            out.ids[r_], out.scores[r_] = r.ids, r.scores
-            out.coverage = min(out.coverage, r.coverage)
-        return out
 
     def remove(self, ids: Any) -> int:
         """Remove the given ids (all must be present). Returns how many were removed."""
@@ -579,174 +342,42 @@ class Index:
     def _set_state(self, meta: dict, arrays: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
 
-    # -- filtered search (docs/filters.md) ---------------------------------------------------
-    #
-    # Hooks a kind overrides: _exact_under (is _search exact with these parameters?),
-    # _stored (ids and stored vectors by position) or _vectors_of, _traversal_reads and _widen.
-
-    #: how much dearer one vector read of the index's own search is than one of the exact scan
-    #: of gathered rows (random access and graph bookkeeping against one matrix product)
-    filter_read_cost: ClassVar[float] = 1.0
-
-    def _exact_under(self, params: dict) -> bool:
-        return False
-
-    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
-        """(external id of each position, -1 where the slot is dead; the stored vectors)."""
-        raise NotImplementedError
-
-    def _positions_of(self, ids: np.ndarray) -> np.ndarray:
-        """The positions of ids (all present) in :meth:`_stored`'s arrays."""
-        cache = self._lookup
-        if cache is None or cache[0] != self._version:  # two readers may both build it: benign
-            pos_ids = self._stored()[0]
-            order = np.argsort(pos_ids, kind="stable")
-            cache = self._lookup = (self._version, pos_ids[order], order)
-        return cache[2][np.searchsorted(cache[1], ids)]
-
     def _vectors_of(self, ids: np.ndarray) -> np.ndarray:
         """The stored vectors (unit rows under cosine) of ids, all present, float32."""
-        return self._stored()[1][self._positions_of(ids)]
-
-    def _traversal_reads(self, k: int, params: dict) -> float:
-        """About how many vectors (or their equivalent in codes) one unfiltered query reads."""
-        return float(len(self))
-
-    def _widen(self, k: int, w: float, params: dict) -> tuple[int, dict]:
-        """(k', params') that return about as many allowed items at selectivity 1/w as
-        (k, params) returns items without a filter."""
-        return min(len(self), int(np.ceil(2 * k * w))), params
-
-    def _filtered_traversal(self, q: np.ndarray, k: int, filt: IdFilter, params: dict,
-                            w: float) -> tuple[np.ndarray, np.ndarray] | None:
-        """(ids, scores) padded, from a search that applies ``filt`` inside the index's own
-        traversal at selectivity about 1/w; None (the default) to be searched widened and
-        filtered after."""
-        return None
-
-    def _exact_allowed(self, q: np.ndarray, k: int, ids: np.ndarray) -> tuple:
-        """Exact top-k over the items ids (sorted, present): the scan of the allowed rows."""
-        x = self._vectors_of(ids)
-        if self.metric == "cosine":
-            q = normalize_rows(q)
-        return exact_topk(q, x, ids, min(k, ids.size), self.metric)
-
-    def _allowed_ids(self, allow: np.ndarray | None, deny: np.ndarray | None):
-        """(the allowed ids held, sorted, or None when only a deny list applies; their count)."""
-        held = self._idset
-        if allow is not None:
-            a = allow[held.contains(allow)]
-            if deny is not None and deny.size:
-                a = a[~in_sorted(deny, a)]
-            return a, int(a.size)
-        if deny.size * 4 < len(held):  # a short deny list: at least this many are allowed
-            return None, len(held) - int(deny.size)
-        return None, len(held) - (int(held.contains(deny).sum()) if deny.size else 0)
+        raise NotImplementedError
 
     def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
                          **params: Any) -> SearchResult:
-        """The planner: per query (once for a shared filter) count the allowed items, then
-        answer by the exact scan of them or by the index's own search widened by 1/selectivity
-        and filtered (docs/filters.md, "The planner")."""
-        nq, n = q.shape[0], len(self)
-        out = empty_result(nq, k, self.metric)
-        counts = np.zeros(nq, np.int64)  # allowed items per query
-        exact_kind = self._exact_under(params)
-        reads = 0.0 if exact_kind else self._traversal_reads(k, params)
-        # the scan of rows shared by the batch is one matrix product; per query, a gather each
-        cost = self.filter_read_cost if filt.shared and nq > 1 else self.filter_read_cost / 4
-        scans: list[tuple[np.ndarray, np.ndarray | None]] = []  # (rows, allowed ids or None)
-        wide: dict[float, list] = {}  # widening factor -> [rows]
-        deny_only: list[np.ndarray] = []  # an exact kind's rows with only a deny list
-        everyone = np.arange(nq)
-        for i in [0] if filt.shared else range(nq):
-            rows = everyone if filt.shared else everyone[i : i + 1]
-            allowed, count = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))
-            counts[rows] = count
-            if count == 0:
-                continue  # nothing allowed: padding
-            if exact_kind and allowed is None:
-                deny_only.append(rows)
-            elif exact_kind or count <= k or count * count <= cost * reads * n:
-                scans.append((rows, allowed))
-            else:  # widening factors rounded up to 2^(1/16): a batch per factor
-                w = float(2.0 ** (np.ceil(np.log2(n / count) * 16) / 16))
-                wide.setdefault(w, []).append(rows)
-        if deny_only:
-            rows = np.concatenate(deny_only)
-            out.ids[rows], out.scores[rows] = self._exact_denied(q[rows], k, filt.take(rows))
-        retry: dict[float, list] = {}
-        for w, groups in wide.items():
-            self._run_widened(q, k, np.concatenate(groups), w, filt, params, out, scans, retry)
-        # answers that sat deeper in the index's ranking than the widening allowed for (a
-        # filter correlated with the query: a deny list of its own neighbours, an allow list
-        # away from it) are searched once more, as deep as they were found
-        for w, groups in retry.items():
-            rows = np.concatenate(groups)
-            scan = cost * reads * w >= counts[rows]  # cheaper: the exact scan
-            scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(scan).tolist())
-            if not scan.all():
-                self._run_widened(q, k, rows[~scan], w, filt, params, out, scans, None)
-        if filt.shared and len(scans) > 1:  # one gather and one product for all of them
-            known = [a for _, a in scans if a is not None]
-            scans = [(np.concatenate([r for r, _ in scans]), known[0] if known else None)]
-        for rows, allowed in scans:
-            if allowed is None:  # a deny list only (or a short answer): every allowed id
-                i = int(rows[0])
-                allowed = self._allowed_ids(filt.allow_of(i), filt.deny_of(i))[0]
-                if allowed is None:
-                    allowed = self._idset.sorted
-                    d = filt.deny_of(i)
-                    if d is not None and d.size:
-                        allowed = allowed[~in_sorted(d, allowed)]
-                if not allowed.size:
-                    continue
-            ids, scores = self._exact_allowed(q[rows], k, allowed)
-            out.ids[rows], out.scores[rows] = -1, pad_score(self.metric)  # a short try's too
-            out.ids[rows, : ids.shape[1]], out.scores[rows, : ids.shape[1]] = ids, scores
-        return out
+        raise UnsupportedOperationError(f"{type(self).__name__} does not filter by allow or "
+                                        "deny lists")
 
-    def _exact_denied(self, q: np.ndarray, k: int, filt: IdFilter) -> tuple:
-        """An exact kind's answer to deny lists (no allow list): the exact top k + |deny|
-        hold the k best allowed items."""
-        extra = max(int(self._idset.contains(filt.deny_of(i)).sum()) for i in range(len(q)))
-        r = self._search(q, min(len(self), k + extra))
-        ok = filt.allowed(r.ids) if filt.shared else np.stack(
-            [filt.allowed(r.ids[i], i) for i in range(len(q))])
-        return compact(r.ids, r.scores, ok, k, pad_score(self.metric))[:2]
-
-    def _run_widened(self, q, k, rows, w, filt, params, out, scans, retry) -> None:
-        """Search rows widened by w, keep the allowed answers in ``out``; queue for one more,
-        deeper search (``retry``, a dict) the answers found deeper than 1.25 k w, and for the
-        exact scan what comes back without an allowed answer (or short from the second)."""
-        own = self._filtered_traversal(q[rows], k, filt.take(rows), params, w)
-        if own is not None:  # the index filtered inside its own search
-            out.ids[rows], out.scores[rows] = own
-            kept = (own[0] >= 0).sum(1)
-            scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(kept < k).tolist())
-            return
-        kk, p = self._widen(k, w, params)
-        r = self._search(q[rows], max(kk, k), **p)
-        if filt.shared:
-            ok = filt.allowed(r.ids)
-        else:
-            ok = np.stack([filt.allowed(r.ids[j], int(i)) for j, i in enumerate(rows)])
-        ids, scores, kept = compact(r.ids, r.scores, ok, k, pad_score(self.metric))
-        out.ids[rows], out.scores[rows] = ids, scores
-        short = kept < k
-        if retry is None:  # the second search: what is still short takes the exact scan
-            scans.extend((rows[j : j + 1], None) for j in np.flatnonzero(short).tolist())
-            return
-        # the depth the k-th allowed answer sat at; for a short answer, the depth the allowed
-        # density seen so far puts it at (no allowed answer at all: the exact scan)
-        seen = np.maximum((r.ids >= 0).sum(1), 1)
-        depth = np.where(short, k * seen / np.maximum(ok.sum(1), 1e-9),
-                         np.argmax(np.cumsum(ok, axis=1) >= k, axis=1) + 1)
-        for j in np.flatnonzero(short & (ok.sum(1) == 0)).tolist():
-            scans.append((rows[j : j + 1], None))
-        for j in np.flatnonzero((depth > 1.25 * k * w) & ~(short & (ok.sum(1) == 0))).tolist():
-            w2 = float(2.0 ** (np.ceil(np.log2(1.25 * depth[j] / k) * 4) / 4))
-            retry.setdefault(w2, []).append(rows[j : j + 1])
+def search_per_query(index: Index, q: np.ndarray, k: int, filt: IdFilter | None,
+                     params: dict, per_query: dict) -> SearchResult:
+    """Search the rows sharing the same per-query parameter values together."""
+    nq = len(q)
+    for name, v in per_query.items():
+        if np.ndim(v) != 1 or len(v) != nq:
+            raise InvalidParameterError(
+                f"{name} given per query must hold one value per query ({nq}); got "
+                f"{np.shape(v)}")
+    params = {n: v for n, v in params.items() if n not in per_query}
+    columns = [np.asarray(v, object).tolist() for v in per_query.values()]
+    groups: dict[tuple, list[int]] = {}
+    try:
+        for i, key in enumerate(zip(*columns, strict=True)):
+            groups.setdefault(key, []).append(i)
+    except TypeError:
+        raise InvalidParameterError(
+            f"per-query values of {sorted(per_query)} must be numbers or strings") from None
+    out = empty_result(nq, k, index.metric)
+    for key, rows in groups.items():
+        r_ = np.asarray(rows)
+        filters = {} if filt is None else filt.take(r_).kwargs()
+        r = index.search(q[r_], k, **filters, **params,
+                        **dict(zip(per_query, key, strict=True)))
+        out.ids[r_], out.scores[r_] = r.ids, r.scores
+        out.coverage = min(out.coverage, r.coverage)
+    return out
 
 
 def load(path: str | os.PathLike, **given: Any) -> Index:

@@ -27,6 +27,7 @@ import numpy as np
 from ._kernels import heap_finish, heap_push_block, scan_norm_lists, scan_norm_lists_parallel
 from ._lists import assign, rank, train_centroids
 from ._numba_util import kernel_threads
+from .capabilities import Capabilities
 from .index import (
     Index,
     SearchResult,
@@ -37,6 +38,7 @@ from .index import (
     check_threads,
     register,
 )
+from .planner import FilterPlanner
 
 _EVERY_ITEM = np.empty(0, np.uint8)  # no filter: the kernels' empty mask
 _TAIL_MIN = 4096  # the tail merges past max(_TAIL_MIN, sorted items / 8)
@@ -133,7 +135,7 @@ def _push_tail(q, tail, heap_s, heap_i, sizes, hide=None):
 
 
 @register("norm-scan")
-class NormScanIndex(Index):
+class NormScanIndex(FilterPlanner, Index):
     """Exact MIPS by a norm-ordered scan with a Cauchy–Schwarz stop (metric "ip" only).
 
     Search parameter: ``max_items`` (scan at most this many items, largest norms first; default
@@ -149,7 +151,7 @@ class NormScanIndex(Index):
     """
 
     metrics = ("ip",)
-    search_params = frozenset({"max_items"})
+    capabilities = Capabilities(search_params=frozenset({"max_items"}))
 
     def __init__(self, dim: int, metric: str = "ip"):
         super().__init__(dim, metric)
@@ -303,7 +305,7 @@ class NormScanIndex(Index):
 
 
 @register("norm-ivf")
-class NormIVFIndex(Index):
+class NormIVFIndex(FilterPlanner, Index):
     """MIPS over inverted lists of directions, each scanned by decreasing norm with the
     Cauchy–Schwarz stop (metric "ip" only; train first).
 
@@ -322,8 +324,8 @@ class NormIVFIndex(Index):
     """
 
     metrics = ("ip",)
-    search_params = frozenset({"n_probe", "n_threads"})
-    needs_training = True
+    capabilities = Capabilities(search_params=frozenset({"n_probe", "n_threads"}),
+                                needs_training=True)
 
     def __init__(self, dim: int, metric: str = "ip", n_lists: int | None = None, seed: int = 0):
         if n_lists is not None:

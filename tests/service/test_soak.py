@@ -1,6 +1,6 @@
 """A CI-sized run of the service soak (bench/service/soak.py): searching and writing clients, a
 SIGKILL and restart of the server halfway; no call fails outside the restart and no acknowledged
-write is lost. The 10-minute run and its memory plot are in docs/bench-service.md."""
+write is lost. The 10-minute run and its memory plot are in docs/bench/service.md."""
 
 from __future__ import annotations
 

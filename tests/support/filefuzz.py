@@ -70,7 +70,7 @@ def build(kind: str) -> bytes:
             x[:200].tolist(), epochs=1, n_train=200, n_neighbors=10, progress=False)
         params = {**params, "encoder": enc}
     idx = ss.create_index(name, 0 if name == "strings" else DIM, metric, **params)
-    if idx.needs_training:
+    if idx.capabilities.needs_training:
         idx.train(x)
     idx.add(x, ids=np.arange(N) * 3)
     idx.remove(np.arange(0, 30, 3))

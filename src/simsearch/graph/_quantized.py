@@ -1,4 +1,4 @@
-"""The quantized graph of ip-NSW+ (``fast_scan=True``, docs/bench-graph.md, "The quantized
+"""The quantized graph of ip-NSW+ (``fast_scan=True``, docs/bench/graph.md, "The quantized
 graph"): beside each node, its neighbours' 4-bit NEQ codes in the fast-scan block layout
 (simsearch.quant.fastscan), so one expansion of the inner-product walk scores all of a node's
 neighbours with one compiled block scan instead of one random row read each (SymphonyQG's idea,

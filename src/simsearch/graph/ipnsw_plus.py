@@ -1,5 +1,5 @@
 """ip-NSW+ (Liu et al., "Understanding and Improving Proximity Graph-based Maximum Inner
-Product Search", AAAI 2020; docs/bench-graph.md): an angular HNSW graph finds a query's angular
+Product Search", AAAI 2020; docs/bench/graph.md): an angular HNSW graph finds a query's angular
 neighbours, which seed a search on an inner-product graph."""
 
 from __future__ import annotations
@@ -15,11 +15,17 @@ import hnswlib
 import numpy as np
 
 from .. import _simd
-from .._hnswlib import hnswlib_from_saved, hnswlib_from_state, hnswlib_graph, hnswlib_state
+from .._hnswlib import (
+    hnswlib_from_saved,
+    hnswlib_from_state,
+    hnswlib_graph,
+    hnswlib_state,
+    relayout,
+)
 from .._kernels import bfs_order
 from .._numba_util import available_cpus, kernel_width
+from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
-from ..filters import BeamFilterHooks
 from ..index import (
     Index,
     SearchResult,
@@ -27,8 +33,8 @@ from ..index import (
     check_restored,
     check_threads,
     register,
-    relayout,
 )
+from ..planner import BeamFilterHooks, FilterPlanner
 from . import _kernels as K
 from ._quantized import MIN_TRAIN, QuantizedGraph, default_codebooks
 
@@ -37,7 +43,7 @@ log = logging.getLogger(__name__)
 
 _CPUS = available_cpus()
 # smaller indexes keep insertion order: the walk's arrays sit in the cache and the order made no
-# difference (glove-50 100k: 1.01-1.06x; 400k: 1.1-1.2x; docs/bench-graph.md, "Items in walk
+# difference (glove-50 100k: 1.01-1.06x; 400k: 1.1-1.2x; docs/bench/graph.md, "Items in walk
 # order")
 REORDER_MIN = 1 << 14
 
@@ -129,7 +135,7 @@ class _VisitedPool:
 
 
 @register("ipnsw-plus")
-class IPNSWPlus(BeamFilterHooks, Index):
+class IPNSWPlus(BeamFilterHooks, FilterPlanner, Index):
     """ip-NSW+: maximum inner product search with two graphs over the same items.
 
     An angular graph (hnswlib HNSW under cosine) finds a query's angular neighbours; they seed
@@ -146,7 +152,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
     angular_ef_construction : beam of the angular graph while building.
     n_build_seeds : angular neighbours of a new item used as seeds, found with a beam of that
         width. The paper takes up to 100; on 50k long-tailed items 16 gave the same recall
-        (0.9785 vs 0.9787 at ef=10) for a fraction of the build work (docs/bench-graph.md).
+        (0.9785 vs 0.9787 at ef=10) for a fraction of the build work (docs/bench/graph.md).
     insert_batch : items inserted per batch. A batch's searches run in parallel on the graph
         as it was before the batch, and each item also considers the batch items before it
         exactly; 1 is the paper's one-by-one insertion. The graph does not depend on threads.
@@ -161,14 +167,14 @@ class IPNSWPlus(BeamFilterHooks, Index):
         "Defaults that are the fast paths"); False walks the float vectors.
     fast_scan : also keep a quantized graph: each node holds its neighbours' 4-bit NEQ codes
         in the fast-scan block layout, and the inner-product walk scores all of a node's
-        neighbours with one compiled block scan (SymphonyQG's idea; docs/bench-graph.md, "The
+        neighbours with one compiled block scan (SymphonyQG's idea; docs/bench/graph.md, "The
         quantized graph"); each node is scored exactly on its float vector as it is expanded,
         and the answer is the best of those (``rerank`` does not apply). The codec trains on
         the items of the first add that brings the index to 256 items or more.
     fast_scan_codebooks : direction codebooks of those codes (default dim // 2, at most 255).
     reorder : lay the items out in walk order (:meth:`reorder`) whenever an add has doubled the
         index since the last time (from 16,384 items): 1.1-1.2x the queries/s at 400k items,
-        1.2-1.4x at 1M, identical answers (docs/bench-graph.md, "Items in walk order").
+        1.2-1.4x at 1M, identical answers (docs/bench/graph.md, "Items in walk order").
 
     Search parameters: ``ef`` (beam of the inner-product search, default max(k, 64), raised to
     k), ``angular_ef`` (beam of the angular search and number of seeds, default 1),
@@ -191,7 +197,8 @@ class IPNSWPlus(BeamFilterHooks, Index):
     """
 
     metrics = ("ip",)
-    search_params = frozenset({"ef", "angular_ef", "n_threads", "rerank"})
+    capabilities = Capabilities(
+        search_params=frozenset({"ef", "angular_ef", "n_threads", "rerank"}))
 
     def __init__(
         self,
@@ -386,7 +393,7 @@ class IPNSWPlus(BeamFilterHooks, Index):
 
     def reorder(self) -> None:
         """Lay the items out in breadth-first order of the inner-product graph from the angular
-        graph's entry, so a walk's neighbours sit near each other in memory (docs/bench-graph.md,
+        graph's entry, so a walk's neighbours sit near each other in memory (docs/bench/graph.md,
         "Items in walk order"). Ids and answers are unchanged. ``add`` does it by itself each
         time the index has doubled (``reorder=True``); items added since stay in insertion
         order, which this call mends. A write: searches wait. It holds a second copy of the

@@ -120,7 +120,7 @@ def open_collection(client, name: str, dim: int | None, metric: str, kind: str,
     except CollectionNotFoundError:
         if dim is None:
             return None
-    if index_class(kind).needs_training:
+    if index_class(kind).capabilities.needs_training:
         raise InvalidParameterError(
             f"index kind {kind!r} needs training: create and train collection {name!r} first, "
             "then pass its name")

@@ -1,4 +1,4 @@
-"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (docs/bench-lsh.md).
+"""Simple-LSH and Norm-Ranging LSH for maximum inner product search (docs/bench/lsh.md).
 
 Simple-LSH (Neyshabur & Srebro 2015) maps every item to the unit sphere with
 P(x) = [x / U, sqrt(1 - |x|^2 / U^2)] (U: the largest item norm) and a query to [q / |q|, 0],
@@ -18,7 +18,7 @@ cos(a) = <q, x> / (|q| U_j); so the paper's score U_j cos(pi (1 - p)) is a plug-
   larger U_j the *further back* the bucket goes. Most buckets sit near p = 1/2, so among them
   the sign of cos is decided by noise and multiplying by U_j amplifies it: the large-norm ranges,
   where MIPS answers live, have their p < 1/2 buckets probed after every low-norm bucket with
-  p >= 1/2 (about half of the data). Recall plateaus (docs/bench-lsh.md has the numbers).
+  p >= 1/2 (about half of the data). Recall plateaus (docs/bench/lsh.md has the numbers).
 - ``"shifted"`` (default): the authors' code, p' = 0.4 + 0.6 p, i.e. U_j cos(0.6 pi (1 - p)):
   the angle estimate pi (1 - p) is shrunk by 0.6 towards 0. The score is positive for p > 1/6
   (h < 5L/6, which essentially never fails: a random item has p ~ 1/2 +- 0.1), so it increases
@@ -28,7 +28,7 @@ cos(a) = <q, x> / (|q| U_j); so the paper's score U_j cos(pi (1 - p)) is a plug-
   1 - 0.6 pi tan(0.3 pi) / L (~0.91 at L = 27) in score, so bits trade against norms at a
   finite rate. The constants are the authors'; an upper confidence bound on <q, x> and an
   adaptive P(<q, x> >= current k-th best) ranking were implemented and measured worse or
-  no better (docs/bench-lsh.md), so this is the default for a measured reason.
+  no better (docs/bench/lsh.md), so this is the default for a measured reason.
 
 The score depends only on (range, matching bits), so the m (L + 1) pairs are ordered once per
 call and the kernel walks them, ordering a range's buckets by Hamming distance lazily, only as far
@@ -49,8 +49,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._numba_util import kernel_threads
+from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, check_restored, check_threads, register
+from ..planner import FilterPlanner
 from . import _kernels as K
 
 log = logging.getLogger(__name__)
@@ -114,11 +116,12 @@ def _empty_state(dim: int, m: int) -> _State:
     )  # fmt: skip
 
 
-class _RangedLSH(Index):
+class _RangedLSH(FilterPlanner, Index):
     """Shared machinery; use :class:`SimpleLSH` or :class:`NormRangingLSH`."""
 
     metrics = ("ip",)
-    search_params = frozenset({"n_probe_items", "ranking", "n_threads", "prune"})
+    capabilities = Capabilities(
+        search_params=frozenset({"n_probe_items", "ranking", "n_threads", "prune"}))
 
     def _setup(self, n_bits: int, n_ranges: int, seed: int) -> None:
         self.n_ranges = n_ranges

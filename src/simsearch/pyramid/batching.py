@@ -23,7 +23,7 @@ from ..index import SearchResult
 
 #: batches of one collection and search settings running at once; more searches queue. One:
 #: with two, batches were smaller and q/s 7-15% lower (400k glove-50, 10 shard processes, 8
-#: clients, 1 to 200 queries a call; docs/bench-pyramid.md)
+#: clients, 1 to 200 queries a call; docs/bench/pyramid.md)
 MAX_IN_FLIGHT = 1
 #: queries in one merged batch at most (a search larger than this runs alone) ...
 MAX_ROWS = 1024

@@ -317,8 +317,10 @@ class ClusterCollection:
         c = self.config
         return {"name": self.name, "dim": c["dim"], "metric": c["metric"], "kind": c["kind"],
                 "params": c["params"], "count": len(r), "trained": r.is_trained,
-                "needs_training": True, "supports_remove": True,
-                "search_params": sorted(r.search_params), "schema": c.get("schema") or {}}
+                "needs_training": r.capabilities.needs_training,
+                "supports_remove": r.capabilities.supports_remove,
+                "search_params": sorted(r.capabilities.search_params),
+                "schema": c.get("schema") or {}}
 
     def stats(self) -> dict[str, Any]:
         r = self.index

@@ -1,4 +1,4 @@
-"""How hard each routed part searches, and the part calls of a batch (docs/bench-pyramid.md,
+"""How hard each routed part searches, and the part calls of a batch (docs/bench/pyramid.md,
 "part_effort")."""
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._kernels import merge_topk
+from ..capabilities import Capabilities
 from ..errors import (
     InvalidParameterError,
     NotTrainedError,
@@ -110,7 +111,7 @@ class PyramidIndex(Index):
     the sub-index's ``ef``; "share": the query's primary part, the one holding most of its
     routed centres, and parts with more than half that share search with ``ef``, a part with
     a share ratio in (2^-(j+1), 2^-j] with ef / 2^j (j <= 3), at least ``min_ef``, default k;
-    measured on glove-50 it saves less work than it loses recall, see docs/bench-pyramid.md),
+    measured on glove-50 it saves less work than it loses recall, see docs/bench/pyramid.md),
     ``min_ef`` and the sub-index's own (e.g. ``ef``).
 
     Items go to the part of their nearest centre (for "ip"/"cosine": nearest in direction).
@@ -129,12 +130,11 @@ class PyramidIndex(Index):
     True
     """
 
-    needs_training = True
-    search_params = frozenset({"branching", "meta_ef", "require_complete", "part_effort",
-                               "min_ef"})
     # "where" goes to the parts: a cluster's answer it from their attributes (docs/filters.md)
-    takes_where = True
-    takes_deadline = True
+    capabilities = Capabilities(
+        needs_training=True, takes_where=True, takes_deadline=True,
+        search_params=frozenset({"branching", "meta_ef", "require_complete", "part_effort",
+                                 "min_ef"}))
 
     def __init__(
         self,
@@ -182,7 +182,7 @@ class PyramidIndex(Index):
             raise InvalidParameterError(
                 f"sub_index must be an index kind other than 'pyramid'; got {sub_index!r}")
         sub_cls = index_class(sub_index)
-        if sub_cls.needs_training:
+        if sub_cls.capabilities.needs_training:
             raise InvalidParameterError(f"sub_index must not need training; {sub_index!r} does")
         super().__init__(dim, metric, n_centers=n_centers, n_partitions=n_partitions,
                          sample_size=sample_size, mips_replicas=mips_replicas,
@@ -191,8 +191,10 @@ class PyramidIndex(Index):
         create_index(sub_index, dim, metric, **sub_params)  # validates sub_params now
         self.sub_params = dict(sub_params)
         self.sub_index = sub_index
-        self.search_params = PyramidIndex.search_params | sub_cls.search_params
-        self._sub_search = frozenset(sub_cls.search_params)
+        self._sub_search = sub_cls.capabilities.search_params
+        self.capabilities = PyramidIndex.capabilities.but(
+            search_params=PyramidIndex.capabilities.search_params | self._sub_search,
+            lock_free_search=parts is not None)
         self.spherical = metric in ("ip", "cosine")
         #: the model and the placement (router.py); None until trained. Replaced whole by
         #: every write, never changed in place: a search reads one router from start to end
@@ -208,8 +210,6 @@ class PyramidIndex(Index):
                 callable(getattr(p, "search", None)) for p in parts):
             raise InvalidParameterError(
                 f"parts must be n_partitions={n_partitions} searchable parts; got {parts!r:.80}")
-        else:  # its owner writes the parts: a write here only plans (draft) and installs
-            self.lock_free_search = True
         self.parts: list[Part] = list(parts)
         #: arrays the index's owner keeps in its file beside the router (a cluster keeps its
         #: replication state there, pyramid/replication.py); not read here

@@ -1,7 +1,7 @@
 """Numba kernels for the NEQ scan: score every item by norm codeword x sum of lookup-table
 entries and keep the top k: a min-heap for small k, a threshold buffer cut back to k when
 full for large k (a re-rank's candidates), each the faster where it is used
-(docs/bench-quant.md, "Scan speed")."""
+(docs/bench/quant.md, "Scan speed")."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _scan_range(lut, codes, norm_codes, norm_codebook, k, start, end, bs, bi, tm
 
     A buffer several times k, cut back to k when full, replaces a k-heap: after the first few
     hundred items few scores pass the threshold, and a heap's sift per passing item was most of
-    the scan's time at k = 100 (docs/bench-quant.md)."""
+    the scan's time at k = 100 (docs/bench/quant.md)."""
     M = codes.shape[1]
     cap = bs.shape[0]
     sc = np.empty(_CHUNK, np.float32)

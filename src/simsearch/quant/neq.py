@@ -12,7 +12,7 @@ one multiply per item more than plain asymmetric scoring. Quantizing l rather th
 estimate exact in norm whenever l is: the direction quantizer's error in length is absorbed.
 
 :func:`faiss_baseline` builds the equal-bits faiss index with the inner-product metric and the
-same quantizer settings (the comparison in the paper and in docs/bench-quant.md).
+same quantizer settings (the comparison in the paper and in docs/bench/quant.md).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ import numpy as np
 
 from .._lists import assign, check_ranking, rank, train_centroids
 from .._numba_util import kernel_threads
+from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
 from ..index import Index, SearchResult, check_int, check_result_size, check_threads, register
+from ..planner import FilterPlanner
 from . import _kernels as K
 from . import fastscan as FS
 
@@ -40,7 +42,7 @@ _TINY = 1e-30
 # negligible against the ~n/K assignments per codeword, so with a training sample of ~10k rows
 # the codewords grow larger than the data and cancel each other in combinations that training
 # found but that the encoder (ICM from random codes) cannot find again: on 256-d unit
-# directions the encoded error was 1.5x the data energy (docs/bench-quant.md, "LSQ").
+# directions the encoded error was 1.5x the data energy (docs/bench/quant.md, "LSQ").
 LSQ_RIDGE = 1.0
 
 
@@ -138,7 +140,7 @@ class _Items:
 
 
 @register("neq")
-class NEQIndex(Index):
+class NEQIndex(FilterPlanner, Index):
     """Norm-Explicit Quantization for maximum inner product (metric "ip" only).
 
     Parameters
@@ -182,8 +184,9 @@ class NEQIndex(Index):
     """
 
     metrics = ("ip",)
-    needs_training = True
-    search_params = frozenset({"rerank", "n_threads", "n_probe", "list_ranking"})
+    capabilities = Capabilities(
+        search_params=frozenset({"rerank", "n_threads", "n_probe", "list_ranking"}),
+        needs_training=True)
 
     def __init__(
         self, dim: int, metric: str = "ip", base: str = "pq", n_codebooks: int = 4,
@@ -417,7 +420,7 @@ class NEQIndex(Index):
         ``ranking="norm"`` (default) orders lists by their largest norm times q·c, ``"centroid"``
         by q·c alone (simsearch._lists.rank). (A strict cone bound, |q| R cos(max(0, angle(q, c)
         - widest item angle)), was measured too: spherical k-means lists are 60-70 degrees
-        wide, so it ranks by R alone and lost to both; docs/bench-quant.md.)"""
+        wide, so it ranks by R alone and lost to both; docs/bench/quant.md.)"""
         check_ranking(ranking)  # first: probing every list never reaches rank()
         if n_probe is None:
             return None

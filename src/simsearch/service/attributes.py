@@ -185,7 +185,7 @@ class AttributeTable:
     Rows are kept in the order items were added (removed ones marked dead until a compaction),
     so a write costs O(batch) per column, amortized, not a re-sort of every column: a one-item
     add at 100,000 items x 64 columns took 11 ms when columns were kept sorted by id
-    (docs/bench-service.md, "Attribute writes"). Ids find their rows through a sorted index
+    (docs/bench/service.md, "Attribute writes"). Ids find their rows through a sorted index
     with a small unsorted tail of recent rows, merged once it grows."""
 
     def __init__(self, schema: dict[str, str] | None = None):

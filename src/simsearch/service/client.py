@@ -30,7 +30,7 @@ from ..errors import InvalidParameterError
 from ..index import SearchResult, check_deadline
 from .api import ClientAPI
 from .errors import ERROR_BASES_KEY, ERROR_TYPE_KEY, ServiceError, error_class
-from .requests import _REQUEST_OVERHEAD, ClientRequests, CollectionRequests, describe_info, run
+from .requests import REQUEST_OVERHEAD, ClientRequests, CollectionRequests, describe_info, run
 
 __all__ = ["Client", "RemoteCollection", "connect", "error_from"]
 
@@ -369,7 +369,7 @@ class Client(ClientRequests):
     def _stream_out(self, method: str, name: str, meta: dict[str, Any], data: bytes):
         """Send ``data`` as a client stream of SnapshotChunk (name and JSON meta first)."""
 
-        step = max(1, self.max_message_bytes - _REQUEST_OVERHEAD)
+        step = max(1, self.max_message_bytes - REQUEST_OVERHEAD)
         chunks = [self._pb.SnapshotChunk(collection=name, config_json=json.dumps(meta))]
         chunks += [self._pb.SnapshotChunk(data=data[i : i + step])
                    for i in range(0, len(data), step)]

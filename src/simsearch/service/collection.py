@@ -114,19 +114,14 @@ def _and_allow(allow: Any, matched: np.ndarray) -> Any:
     return np.intersect1d(np.asarray(allow, np.int64), matched)
 
 
-def _check_unique(ids: np.ndarray, what: str) -> None:
+def check_unique(ids: np.ndarray, what: str) -> None:
     """A batch that repeats an id: RepeatedIdError, as in process."""
     uniq, counts = np.unique(ids, return_counts=True)
     if uniq.size != ids.size:
         raise RepeatedIdError(f"{what}; id {int(uniq[counts > 1][0])} repeats")
 
 
-def _supports_remove(index: Index) -> bool:
-    declared = getattr(type(index), "supports_remove", None)
-    return declared if declared is not None else type(index)._remove is not Index._remove
-
-
-def _upsert(index: Index, x: Any, ids: np.ndarray, attrs: AttributeTable | None = None,
+def upsert(index: Index, x: Any, ids: np.ndarray, attrs: AttributeTable | None = None,
             checked: dict | None = None) -> None:
     """Replace the items of ids that exist and add the others, attributes too; checked before
     anything changes."""
@@ -166,7 +161,7 @@ def _apply(index: Index, rec: walmod.Record, attrs: AttributeTable) -> None:
         index.add(x, ids)
         attrs.add(ids, _attributes_of(rec))
     elif rec.op == walmod.OP_UPSERT:
-        _upsert(index, x, np.frombuffer(rec.blobs[1], np.int64), attrs, _attributes_of(rec))
+        upsert(index, x, np.frombuffer(rec.blobs[1], np.int64), attrs, _attributes_of(rec))
     else:
         raise ValueError(f"unknown log op {rec.op}")
 
@@ -343,13 +338,14 @@ class Collection:
             "kind": c["kind"],
             "params": c["params"],
         }
+        caps = index.capabilities
         out.update(
             count=len(index),
             trained=index.is_trained,
-            needs_training=type(index).needs_training,
-            supports_remove=_supports_remove(index),
+            needs_training=caps.needs_training,
+            supports_remove=caps.supports_remove,
             # the instance's: a pyramid widens its class's with its sub-index's
-            search_params=sorted(index.search_params),
+            search_params=sorted(caps.search_params),
             schema=dict(self.attrs.schema),
             incarnation=str(self.config.get("incarnation", "")),
         )
@@ -386,7 +382,7 @@ class Collection:
                 held = ids[index.contains(ids)] if ids.size else ids
             if where is not None:
                 held = held[in_sorted(self.attrs.where(where, deadline), held)]
-            if vectors and index.items != "vectors":
+            if vectors and index.capabilities.items != "vectors":
                 raise UnsupportedOperationError(f"collection {self.name!r} holds strings, "
                                                 "not vectors")
             held = held[offset:]
@@ -490,7 +486,7 @@ class Collection:
             if ids is None:
                 ids = np.arange(index.next_id, index.next_id + n, dtype=np.int64)
             else:
-                _check_unique(as_id_array(ids), "ids must be unique within a batch")
+                check_unique(as_id_array(ids), "ids must be unique within a batch")
                 ids = check_batch_ids(ids, n)
                 if not upsert:
                     present = index.contains(ids)
@@ -502,7 +498,7 @@ class Collection:
                 return ids
             if upsert:
                 def apply():
-                    _upsert(index, x, ids, self.attrs, checked)
+                    upsert(index, x, ids, self.attrs, checked)
             else:
                 def apply():
                     index.add(x, ids)
@@ -515,7 +511,7 @@ class Collection:
     def remove(self, ids: Any, deadline: float | None = None, missing_ok: bool = False) -> int:
         with self._write(deadline) as index:
             ids = as_id_array(ids)
-            _check_unique(ids, "ids to remove must be unique")
+            check_unique(ids, "ids to remove must be unique")
             present = index.contains(ids)
             if missing_ok:
                 ids = ids[present]
@@ -537,7 +533,7 @@ class Collection:
         """Train the index; ``options``: its kind's ``train_options`` (a string index's
         ``encoder_file`` and fit parameters)."""
         with self._write(deadline) as index:
-            if not type(index).train_logged:  # slow and not replayable: snapshot it now
+            if not index.capabilities.train_logged:  # slow and not replayable: snapshot it now
                 try:
                     with self._rw.write():
                         index.train(x, **options)
@@ -557,7 +553,7 @@ class Collection:
                 raise InvalidParameterError(
                     f"{type(index).__name__} takes no training options; got {sorted(options)}")
             x = index.check_items(x, "training vectors")
-            if not type(index).needs_training:
+            if not index.capabilities.needs_training:
                 return
             if len(x) == 0:
                 raise InvalidParameterError("training vectors must hold at least one; got 0")

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..index import SearchResult, as_id_array
+from .._version import __version__
+from ..index import SearchResult, as_id_array, index_kinds
 from .attributes import check_where
 from .dirlock import DirectoryLock
 from .errors import DataDirLockedError
@@ -90,9 +91,6 @@ class EmbeddedClient:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     def server_info(self) -> dict[str, Any]:
-        from .._version import __version__
-        from ..index import index_kinds
-
         return {"version": __version__, "max_message_bytes": 0, "index_kinds": index_kinds()}
 
     def health(self, service: str = "") -> str:

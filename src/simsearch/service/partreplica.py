@@ -17,7 +17,7 @@ from ..errors import InvalidAttributeError, InvalidIdError, NotTrainedError
 from ..index import Index
 from . import wal as walmod
 from .attributes import AttributeTable
-from .collection import PART_OPS, Collection, _check_unique, _upsert
+from .collection import PART_OPS, Collection, check_unique, upsert
 from .errors import FencedPartError, OpsGoneError, ResourceExhaustedError
 from .fenced import FencedState, PartOp
 from .wal import WriteAheadLog
@@ -38,7 +38,7 @@ def _apply_part_op(index: Index, op: PartOp, attrs: AttributeTable) -> None:
         # prepared before this one fixed: the op's vectors are committed, so they are applied
         log.warning("part op %d: attributes dropped (%s); declare a schema", op.pseq, exc)
         checked = {}
-    _upsert(index, op.x, op.ids, attrs, checked)
+    upsert(index, op.x, op.ids, attrs, checked)
 
 
 def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record,
@@ -138,7 +138,7 @@ class PartReplica(Collection):
         for op in ops:
             entry = {"pseq": int(op.pseq), "remove": bool(op.remove)}
             if check:
-                _check_unique(op.ids, "ids of a part op must be unique")
+                check_unique(op.ids, "ids of a part op must be unique")
             if not op.remove:
                 x = index.check_items(op.x) if check else op.x
                 if len(x) != op.ids.size:

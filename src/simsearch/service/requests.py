@@ -28,7 +28,7 @@ from ..index import (
 from ..strings import string_batch
 
 #: bytes kept free in every request for everything but the payload
-_REQUEST_OVERHEAD = 4096
+REQUEST_OVERHEAD = 4096
 #: an int64 id as a protobuf varint takes at most 10 bytes
 _ID_BYTES = 10
 
@@ -134,7 +134,7 @@ class CollectionRequests:
         "String collections"), as its kind's class says; a kind this client does not know
         holds vectors."""
         try:
-            return index_class(self.kind).items
+            return index_class(self.kind).capabilities.items
         except InvalidParameterError:
             return "vectors"
 
@@ -156,7 +156,7 @@ class CollectionRequests:
             self._client._convert.put_matrix(getattr(req, matrix_field), part)
 
     def _rows_per_call(self, bytes_per_row: int):
-        budget = (yield from self._client._max_bytes_plan()) - _REQUEST_OVERHEAD
+        budget = (yield from self._client._max_bytes_plan()) - REQUEST_OVERHEAD
         return max(1, budget // max(1, bytes_per_row))
 
     def _info_plan(self):
@@ -208,7 +208,7 @@ class CollectionRequests:
                 and q.flags.c_contiguous and self.items == "vectors"
                 and c._max_message_bytes is not None
                 and len(q) * max(q.shape[1] * 4, k * c._convert.RESULT_BYTES)
-                <= c._max_message_bytes - _REQUEST_OVERHEAD):
+                <= c._max_message_bytes - REQUEST_OVERHEAD):
             req = c._pb.SearchRequest(collection=self.name, k=k,
                                       params_json=c._convert.dump_params(params))
             c._convert.put_matrix(req.queries, q)
@@ -228,7 +228,7 @@ class CollectionRequests:
         wj = c._convert.dump_params(where) if where is not None else ""
         if where is not None and not wj:
             wj = "{}"
-        budget = (yield from c._max_bytes_plan()) - _REQUEST_OVERHEAD - len(wj)
+        budget = (yield from c._max_bytes_plan()) - REQUEST_OVERHEAD - len(wj)
         shared = sum(v.nbytes for v in (filt.allow, filt.deny) if isinstance(v, np.ndarray)) \
             if filt is not None else 0
         if shared > budget // 2:

@@ -61,7 +61,7 @@ def _fixed_mmap_threshold(nbytes: int = 1 << 20) -> None:
     """Serve large allocations from mmap, returned to the OS when freed. glibc otherwise raises
     its mmap threshold after the first large free, and a snapshot's copy of an index, freed while
     searches allocate in other threads, stays in the heap: the soak saw resident memory step up
-    at each snapshot of an HNSW collection under search load (docs/bench-service.md, "Soak")."""
+    at each snapshot of an HNSW collection under search load (docs/bench/service.md, "Soak")."""
     try:
         import ctypes
 

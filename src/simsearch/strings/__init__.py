@@ -1,4 +1,4 @@
-"""CNN-ED: convolutional edit-distance embeddings and string search (docs/bench-strings.md).
+"""CNN-ED: convolutional edit-distance embeddings and string search (docs/bench/strings.md).
 
     enc = CNNEDEncoder(max_len=32).fit(train_strings)       # torch is imported here, lazily
     idx = StringIndex(encoder=enc, index="hnsw", M=16)       # kind "strings", metric "edit"

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..capabilities import Capabilities
 from ..errors import CorruptIndexError, InvalidParameterError, NotTrainedError, UnknownIdError
 from ..filters import IdFilter
 from ..index import (
@@ -69,11 +70,11 @@ class StringIndex(Index):
     """
 
     metrics: ClassVar[tuple[str, ...]] = ("edit",)
-    items: ClassVar[str] = "strings"
-    needs_training: ClassVar[bool] = True
-    search_params: ClassVar[frozenset[str]] = frozenset({"n_candidates", "ef", "n_threads"})
-    train_options: ClassVar[frozenset[str]] = FIT_PARAMS | {"encoder_file"}
-    train_logged: ClassVar[bool] = False  # a fit is slow: a node snapshots it instead
+    capabilities = Capabilities(
+        items="strings", needs_training=True,
+        search_params=frozenset({"n_candidates", "ef", "n_threads"}),
+        train_options=FIT_PARAMS | {"encoder_file"},
+        train_logged=False)  # a fit is slow: a node snapshots it instead
 
     def __init__(self, dim: int = 0, metric: str = "edit", index: str = "hnsw",
                  encoder: CNNEDEncoder | dict | None = None, **index_params: Any):
@@ -169,9 +170,9 @@ class StringIndex(Index):
         n_threads = check_threads(n_threads)
         queries = q.tolist()
         params: dict[str, Any] = {} if filt is None else filt.kwargs()
-        if "ef" in self._vectors.search_params:
+        if "ef" in self._vectors.capabilities.search_params:
             params["ef"] = max(T, 0 if ef is None else check_int("ef", ef, 1))
-        if "n_threads" in self._vectors.search_params:
+        if "n_threads" in self._vectors.capabilities.search_params:
             params["n_threads"] = n_threads
         cand = self._vectors.search(self.encoder.encode(queries), T, **params).ids
         nq = len(queries)
