@@ -34,6 +34,7 @@ from .capabilities import Capabilities
 from .errors import InvalidParameterError
 from .filters import IdFilter
 from .index import Index, SearchResult, as_matrix, create_index, loads, register
+from .planner import allowed_ids
 
 log = logging.getLogger(__name__)
 
@@ -543,7 +544,8 @@ class AutoIndex(Index):
         """The chosen index plans it, with the knob boosted as calibrated for the filter's
         selectivity (per-query filters: the sparsest's)."""
         rows = [0] if filt.shared else range(len(q))
-        allowed = min(self._allowed_ids(filt.allow_of(i), filt.deny_of(i))[1] for i in rows)
+        allowed = min(allowed_ids(self._idset, filt.allow_of(i), filt.deny_of(i))[1]
+                      for i in rows)
         boost = self._boost_for(allowed / max(len(self), 1))
         return self._search(q, k, filt.allow, filt.deny, boost, **params)
 

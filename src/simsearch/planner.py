@@ -19,7 +19,21 @@ import numpy as np
 from ._exact import exact_topk
 from ._validate import normalize_rows
 from .filters import IdFilter, compact, in_sorted
+from .ids import IdSet
 from .results import SearchResult, empty_result, pad_score
+
+
+def allowed_ids(held: IdSet, allow: np.ndarray | None, deny: np.ndarray | None):
+    """(the allowed ids of ``held``, sorted, or None when only a deny list applies; their
+    count)."""
+    if allow is not None:
+        a = allow[held.contains(allow)]
+        if deny is not None and deny.size:
+            a = a[~in_sorted(deny, a)]
+        return a, int(a.size)
+    if deny.size * 4 < len(held):  # a short deny list: at least this many are allowed
+        return None, len(held) - int(deny.size)
+    return None, len(held) - (int(held.contains(deny).sum()) if deny.size else 0)
 
 
 class FilterPlanner:
@@ -74,16 +88,7 @@ class FilterPlanner:
         return exact_topk(q, x, ids, min(k, ids.size), self.metric)
 
     def _allowed_ids(self, allow: np.ndarray | None, deny: np.ndarray | None):
-        """(the allowed ids held, sorted, or None when only a deny list applies; their count)."""
-        held = self._idset
-        if allow is not None:
-            a = allow[held.contains(allow)]
-            if deny is not None and deny.size:
-                a = a[~in_sorted(deny, a)]
-            return a, int(a.size)
-        if deny.size * 4 < len(held):  # a short deny list: at least this many are allowed
-            return None, len(held) - int(deny.size)
-        return None, len(held) - (int(held.contains(deny).sum()) if deny.size else 0)
+        return allowed_ids(self._idset, allow, deny)
 
     def _search_filtered(self, q: np.ndarray, k: int, filt: IdFilter,
                          **params: Any) -> SearchResult:

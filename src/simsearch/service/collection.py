@@ -121,7 +121,7 @@ def check_unique(ids: np.ndarray, what: str) -> None:
         raise RepeatedIdError(f"{what}; id {int(uniq[counts > 1][0])} repeats")
 
 
-def upsert(index: Index, x: Any, ids: np.ndarray, attrs: AttributeTable | None = None,
+def upsert_items(index: Index, x: Any, ids: np.ndarray, attrs: AttributeTable | None = None,
             checked: dict | None = None) -> None:
     """Replace the items of ids that exist and add the others, attributes too; checked before
     anything changes."""
@@ -161,7 +161,7 @@ def _apply(index: Index, rec: walmod.Record, attrs: AttributeTable) -> None:
         index.add(x, ids)
         attrs.add(ids, _attributes_of(rec))
     elif rec.op == walmod.OP_UPSERT:
-        upsert(index, x, np.frombuffer(rec.blobs[1], np.int64), attrs, _attributes_of(rec))
+        upsert_items(index, x, np.frombuffer(rec.blobs[1], np.int64), attrs, _attributes_of(rec))
     else:
         raise ValueError(f"unknown log op {rec.op}")
 
@@ -498,7 +498,7 @@ class Collection:
                 return ids
             if upsert:
                 def apply():
-                    upsert(index, x, ids, self.attrs, checked)
+                    upsert_items(index, x, ids, self.attrs, checked)
             else:
                 def apply():
                     index.add(x, ids)

@@ -17,7 +17,7 @@ from ..errors import InvalidAttributeError, InvalidIdError, NotTrainedError
 from ..index import Index
 from . import wal as walmod
 from .attributes import AttributeTable
-from .collection import PART_OPS, Collection, check_unique, upsert
+from .collection import PART_OPS, Collection, check_unique, upsert_items
 from .errors import FencedPartError, OpsGoneError, ResourceExhaustedError
 from .fenced import FencedState, PartOp
 from .wal import WriteAheadLog
@@ -38,7 +38,7 @@ def _apply_part_op(index: Index, op: PartOp, attrs: AttributeTable) -> None:
         # prepared before this one fixed: the op's vectors are committed, so they are applied
         log.warning("part op %d: attributes dropped (%s); declare a schema", op.pseq, exc)
         checked = {}
-    upsert(index, op.x, op.ids, attrs, checked)
+    upsert_items(index, op.x, op.ids, attrs, checked)
 
 
 def _replay_part(index: Index | None, state: FencedState, rec: walmod.Record,
