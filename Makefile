@@ -16,14 +16,14 @@ demo: $(PY)
 	$(VENV)/bin/simsearch demo
 
 # the suite runs on every core (pytest-xdist), a test file to a worker: a file's module-scoped
-# nodes and clusters are made once; TEST_WORKERS=0 runs it in this process alone
+# nodes and clusters are made once; the files in collection order, which puts the longest first
+# (tests/conftest.py, LONG_FIRST); TEST_WORKERS=0 runs it in this process alone
 TEST_WORKERS ?= auto
 
+# the static checks are make lint's (CI runs both)
 test: $(PY)
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
-	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy tests/static
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(PY)
 	$(VENV)/bin/ruff check src tests bench
