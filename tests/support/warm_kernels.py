@@ -17,9 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def main(part: int = 0, parts: int = 1) -> None:
     """Warm the kernels of every ``parts``-th case from ``part`` (two processes split them)."""
-    from contract import CASES, dim_of, items_of
-
     import simsearch as ss
+    from contract import CASES, dim_of, items_of
     from simsearch._kernels import merge_topk
 
     t0 = time.monotonic()
