@@ -9,6 +9,7 @@ from .index import MAX_ID, Index, SearchResult, create_index, index_kinds, load,
 from .normscan import NormIVFIndex, NormScanIndex
 from .service.api import ClientAPI, CollectionAPI
 from .service.client import connect  # imports grpc only when called
+from .sparse import SparseBatch, SparseFlatIndex
 
 __all__ = [
     "ClientAPI",
@@ -22,6 +23,8 @@ __all__ = [
     "NormIVFIndex",
     "NormScanIndex",
     "SearchResult",
+    "SparseBatch",
+    "SparseFlatIndex",
     "connect",
     "create_index",
     "errors",

@@ -101,10 +101,12 @@ class Index:
 
     def __init__(self, dim: int, metric: str = "l2", **params: Any):
         items = self.capabilities.items
-        if items != "vectors" and dim != 0:
+        if items == "strings" and dim != 0:
             raise InvalidParameterError(f"dim must be 0 for {type(self).__name__}: its items "
-                                        f"are {items}, not vectors; got dim={dim!r}")
-        self.dim = check_int("dim", dim, 1 if items == "vectors" else 0, 1 << 16)
+                                        f"are strings, not vectors; got dim={dim!r}")
+        # a sparse kind's dim is its vocabulary: term ids are uint32
+        self.dim = check_int("dim", dim, 0 if items == "strings" else 1,
+                             (1 << 32) - 1 if items == "sparse" else 1 << 16)
         self.metric = check_metric(metric, self.metrics)
         self._params = dict(params)  # build params, saved in the header and passed back on load
         self._idset = IdSet()
@@ -151,14 +153,15 @@ class Index:
             if missing.any():
                 raise UnknownIdError(f"ids must be in the index; {int(missing.sum())} are not, "
                                      f"e.g. id {int(ids[missing][0])}")
-            if not ids.size:
+            if not ids.size and self.capabilities.items != "sparse":
                 return np.empty((0, self.dim), np.float32)
             try:
                 x = self._vectors_of(ids)
             except NotImplementedError:
                 raise UnsupportedOperationError(
                     f"{type(self).__name__} keeps no vectors to return") from None
-            return np.ascontiguousarray(x, np.float32)
+            # vectors as one float32 matrix; a sparse kind's rows as a SparseBatch
+            return np.ascontiguousarray(x, np.float32) if isinstance(x, np.ndarray) else x
 
     def check_items(self, x: Any, what: str = "vectors") -> Any:
         """A checked batch of items (what ``add``, ``train`` and ``search`` take), indexable by

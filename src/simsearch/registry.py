@@ -23,6 +23,9 @@ _KIND_MODULES = {
     "neq": "simsearch.quant",
     "pyramid": "simsearch.pyramid",
     "strings": "simsearch.strings.string_index",
+    "sparse-flat": "simsearch.sparse",
+    "bm25": "simsearch.sparse",
+    "sparse-seismic": "simsearch.sparse",
 }
 
 

@@ -41,7 +41,12 @@ KINDS = {
                                   "sub_index": "flat"}),
     # an encoder's weights, offsets into the strings' text, and the embeddings' own index
     "strings": ("strings", "edit", {"index": "flat"}),
+    # rows by position (removed ones too), ids, the lists' end
+    "sparse-flat": ("sparse-flat", "ip", {}),
+    "bm25": ("bm25", "ip", {}),
+    "sparse-seismic": ("sparse-seismic", "ip", {"n_postings": 50}),
 }
+SPARSE = {"sparse-flat", "bm25", "sparse-seismic"}
 _PREFIX = struct.Struct("<8sIIQ")
 _TRAILER = struct.Struct("<I8s")
 
@@ -53,6 +58,16 @@ def items(kind: str) -> tuple[np.ndarray, np.ndarray]:
 
         base, queries = strings(N, 3)
         return base, queries
+    if KINDS[kind][0] in SPARSE:
+        import scipy.sparse as sp
+
+        def rows(n, seed):
+            m = sp.random(n, 64, density=0.1, format="csr", random_state=seed)
+            m.sum_duplicates()
+            m.data = np.ceil(m.data * 4).astype(np.float32)  # counts, for bm25 too
+            return m
+
+        return rows(N, 0), rows(3, 1)
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((N, DIM)) * rng.lognormal(0, 0.5, (N, 1))).astype(np.float32)
     return x, np.random.default_rng(1).standard_normal((3, DIM)).astype(np.float32)
@@ -69,7 +84,8 @@ def build(kind: str) -> bytes:
         enc = CNNEDEncoder(alphabet="acgt", max_len=16, embed_dim=8, seed=0).fit(
             x[:200].tolist(), epochs=1, n_train=200, n_neighbors=10, progress=False)
         params = {**params, "encoder": enc}
-    idx = ss.create_index(name, 0 if name == "strings" else DIM, metric, **params)
+    dim = 0 if name == "strings" else 64 if name in SPARSE else DIM
+    idx = ss.create_index(name, dim, metric, **params)
     if idx.capabilities.needs_training:
         idx.train(x)
     idx.add(x, ids=np.arange(N) * 3)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._grow import Grow
 from ..errors import InvalidAttributeError, InvalidFilterError, InvalidParameterError
 from ..fileformat import read_index_file, write_index_file
 from .errors import DeadlineExceededError, ResourceExhaustedError
@@ -146,35 +147,6 @@ def _column_values(name: str, t: str, values: list) -> list:
     return out
 
 
-class _Grow:
-    """A numpy array that appends in amortized O(added): capacity doubles."""
-
-    __slots__ = ("arr", "n")
-
-    def __init__(self, dtype: Any, data: np.ndarray | None = None):
-        self.arr = np.empty(0, dtype) if data is None else np.array(data, dtype)
-        self.n = self.arr.size
-
-    def view(self) -> np.ndarray:
-        return self.arr[: self.n]
-
-    def append(self, values: np.ndarray) -> None:
-        m = self.n + len(values)
-        if m > self.arr.size:
-            grown = np.empty(max(m, 2 * self.arr.size, 16), self.arr.dtype)
-            grown[: self.n] = self.arr[: self.n]
-            self.arr = grown
-        self.arr[self.n : m] = values
-        self.n = m
-
-    def extend_with(self, value: Any, count: int) -> None:
-        self.append(np.full(count, value, self.arr.dtype))
-
-    def keep(self, mask_or_index: np.ndarray) -> None:
-        self.arr = self.view()[mask_or_index].copy()
-        self.n = self.arr.size
-
-
 #: new rows wait in an unsorted tail of the id index until it holds this many (or sqrt(n))
 _TAIL_ROWS = 1024
 
@@ -191,15 +163,15 @@ class AttributeTable:
     def __init__(self, schema: dict[str, str] | None = None):
         self.max_columns = Limits.max_attribute_columns  # a node sets its own limit
         self.schema: dict[str, str] = dict(schema or {})
-        self._rid = _Grow(np.int64)  # row -> id
-        self._alive = _Grow(np.bool_)
+        self._rid = Grow(np.int64)  # row -> id
+        self._alive = Grow(np.bool_)
         self._n = 0  # rows, dead ones included
         self._dead = 0
         # id -> row: sorted (ids, rows) of the rows before the tail, and the tail's rows
         self._skeys = np.empty(0, np.int64)
         self._srows = np.empty(0, np.int64)
         self._tail = 0  # rows [_tail, _n) are not in the sorted index yet
-        self.cols: dict[str, dict[str, _Grow]] = {}
+        self.cols: dict[str, dict[str, Grow]] = {}
         self.words: dict[str, list[str]] = {}  # keyword dictionaries
         self._code: dict[str, dict[str, int]] = {}
         for name, t in self.schema.items():
@@ -217,13 +189,13 @@ class AttributeTable:
         n = self._n
         if t in ("int", "float", "bool"):
             dt = {"int": np.int64, "float": np.float64, "bool": np.bool_}[t]
-            self.cols[name] = {"values": _Grow(dt, np.zeros(n, dt)),
-                               "present": _Grow(np.bool_, np.zeros(n, bool))}
+            self.cols[name] = {"values": Grow(dt, np.zeros(n, dt)),
+                               "present": Grow(np.bool_, np.zeros(n, bool))}
         elif t == "keyword":
-            self.cols[name] = {"codes": _Grow(np.int32, np.full(n, -1, np.int32))}
+            self.cols[name] = {"codes": Grow(np.int32, np.full(n, -1, np.int32))}
         else:  # (row, code) pairs, rows non-decreasing: in the order rows were added
-            self.cols[name] = {"present": _Grow(np.bool_, np.zeros(n, bool)),
-                               "flat_rows": _Grow(np.int64), "flat_codes": _Grow(np.int32)}
+            self.cols[name] = {"present": Grow(np.bool_, np.zeros(n, bool)),
+                               "flat_rows": Grow(np.int64), "flat_codes": Grow(np.int32)}
         if t in ("keyword", "keywords"):
             self.words.setdefault(name, [])
             self._code[name] = {w: i for i, w in enumerate(self.words[name])}
@@ -356,9 +328,9 @@ class AttributeTable:
                 fr = col["flat_rows"].view()
                 k = live[fr]
                 col["flat_codes"].keep(k)
-                col["flat_rows"] = _Grow(np.int64, new_row[fr[k]])
+                col["flat_rows"] = Grow(np.int64, new_row[fr[k]])
         self._rid.keep(live)
-        self._alive = _Grow(np.bool_, np.ones(self._rid.n, bool))
+        self._alive = Grow(np.bool_, np.ones(self._rid.n, bool))
         self._n, self._dead = self._rid.n, 0
         self._skeys, self._srows, self._tail = np.empty(0, np.int64), np.empty(0, np.int64), 0
         self._merge_tail()
@@ -438,15 +410,15 @@ class AttributeTable:
                 name, part = key.split("\x00")
                 cols.setdefault(name, {})[part] = np.array(arr)
         # rows in id order (the file's); list pairs from ids to rows, in row order
-        t._rid, t._alive, t._n = _Grow(np.int64, ids), _Grow(np.bool_, np.ones(ids.size, bool)), \
+        t._rid, t._alive, t._n = Grow(np.int64, ids), Grow(np.bool_, np.ones(ids.size, bool)), \
             ids.size
         for name, col in cols.items():
-            g = {k: _Grow(a.dtype, a) for k, a in col.items() if k != "flat_ids"}
+            g = {k: Grow(a.dtype, a) for k, a in col.items() if k != "flat_ids"}
             if "flat_ids" in col:
                 rows = np.searchsorted(ids, col["flat_ids"])
                 order = np.argsort(rows, kind="stable")
-                g["flat_rows"] = _Grow(np.int64, rows[order])
-                g["flat_codes"] = _Grow(np.int32, col["flat_codes"][order])
+                g["flat_rows"] = Grow(np.int64, rows[order])
+                g["flat_codes"] = Grow(np.int32, col["flat_codes"][order])
             t.cols[name] = g
         t._skeys, t._srows, t._tail = ids.copy(), np.arange(ids.size, dtype=np.int64), ids.size
         return t

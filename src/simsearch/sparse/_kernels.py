@@ -1,0 +1,325 @@
+"""numba kernels of the sparse indexes: the exact inverted-index scan (term-at-a-time
+accumulation over posting lists, then a bounded heap), and the dot product of two sorted
+sparse rows."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import _heap
+
+
+@njit(cache=True, inline="always")
+def sorted_dot(ai, av, bi, bv):
+    """(inner product, shares a term) of two rows with strictly increasing term ids."""
+    s = np.float32(0.0)
+    hit = False
+    x, y = 0, 0
+    while x < ai.size and y < bi.size:
+        if ai[x] == bi[y]:
+            s += av[x] * bv[y]
+            hit = True
+            x += 1
+            y += 1
+        elif ai[x] < bi[y]:
+            x += 1
+        else:
+            y += 1
+    return s, hit
+
+
+@njit(cache=True)
+def inverted_scan(qp, qi, qv, post_ptr, post_pos, post_val, n_main, fp, fi, fv, pos_ids,
+                  ok, k):
+    """Exact top-k of each query row among the positions ``ok`` allows: positions below
+    ``n_main`` through their posting lists (``post_*``: CSC over positions), the rest (the
+    tail not yet in the lists) by ``sorted_dot`` against their forward rows (``f*``, CSR by
+    position). Candidates are the items sharing a term with the query. Returns (ids, scores),
+    -1 / -inf padded."""
+    nq = qp.size - 1
+    n = pos_ids.size
+    out_i = np.full((nq, k), -1, np.int64)
+    out_s = np.full((nq, k), -np.inf, np.float32)
+    acc = np.zeros(n_main, np.float32)
+    seen = np.zeros(n_main, np.bool_)
+    touched = np.empty(n_main, np.int64)
+    hs = np.empty(k, np.float32)
+    hi = np.empty(k, np.int64)
+    for q in range(nq):
+        a, b = qp[q], qp[q + 1]
+        nt = 0
+        for j in range(a, b):
+            t = qi[j]
+            w = qv[j]
+            for e in range(post_ptr[t], post_ptr[t + 1]):
+                d = post_pos[e]
+                if not seen[d]:
+                    seen[d] = True
+                    touched[nt] = d
+                    nt += 1
+                acc[d] += w * post_val[e]
+        size = 0
+        for c in range(nt):
+            d = touched[c]
+            if ok[d]:
+                size = _heap.push(hs, hi, size, acc[d], pos_ids[d])
+            acc[d] = 0.0
+            seen[d] = False
+        for d in range(n_main, n):
+            if ok[d]:
+                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]])
+                if hit:
+                    size = _heap.push(hs, hi, size, s, pos_ids[d])
+        _heap.sort_best_first(hs, hi, size)
+        for c in range(size):
+            out_i[q, c] = hi[c]
+            out_s[q, c] = hs[c]
+    return out_i, out_s
+
+
+@njit(cache=True, inline="always")
+def _tfc(tf, dl, k1, b, avgdl):
+    """BM25's term-frequency component (Lucene's, as bm25s computes it), in float32: every
+    path that scores an item must round alike, or a tie breaks differently by the path."""
+    return np.float32(tf / (tf + k1 * (np.float32(1.0) - b + b * dl / avgdl)))
+
+
+@njit(cache=True)
+def bm25_scan(qp, qi, qv, post_ptr, post_pos, post_tf, n_main, fp, fi, fv, dl, pos_ids, ok,
+              k, k1, b, avgdl):
+    """``inverted_scan`` for BM25: a posting holds the term's count in the item (``post_tf``,
+    ``fv``), weighted at query time by the item's length ``dl`` and the collection's current
+    ``avgdl``; the query's weights (``qv``) carry the idf. Exact whatever was added or removed
+    since the lists were built."""
+    nq = qp.size - 1
+    n = pos_ids.size
+    out_i = np.full((nq, k), -1, np.int64)
+    out_s = np.full((nq, k), -np.inf, np.float32)
+    acc = np.zeros(n_main, np.float32)
+    seen = np.zeros(n_main, np.bool_)
+    touched = np.empty(n_main, np.int64)
+    hs = np.empty(k, np.float32)
+    hi = np.empty(k, np.int64)
+    for q in range(nq):
+        a, e_ = qp[q], qp[q + 1]
+        nt = 0
+        for j in range(a, e_):
+            t = qi[j]
+            w = qv[j]
+            for e in range(post_ptr[t], post_ptr[t + 1]):
+                d = post_pos[e]
+                if not seen[d]:
+                    seen[d] = True
+                    touched[nt] = d
+                    nt += 1
+                acc[d] += np.float32(w * _tfc(post_tf[e], dl[d], k1, b, avgdl))
+        size = 0
+        for c in range(nt):
+            d = touched[c]
+            if ok[d]:
+                size = _heap.push(hs, hi, size, acc[d], pos_ids[d])
+            acc[d] = 0.0
+            seen[d] = False
+        for d in range(n_main, n):
+            if ok[d]:
+                s = np.float32(0.0)
+                hit = False
+                x, y = a, fp[d]
+                while x < e_ and y < fp[d + 1]:
+                    if qi[x] == fi[y]:
+                        s += np.float32(qv[x] * _tfc(fv[y], dl[d], k1, b, avgdl))
+                        hit = True
+                        x += 1
+                        y += 1
+                    elif qi[x] < fi[y]:
+                        x += 1
+                    else:
+                        y += 1
+                if hit:
+                    size = _heap.push(hs, hi, size, s, pos_ids[d])
+        _heap.sort_best_first(hs, hi, size)
+        for c in range(size):
+            out_i[q, c] = hi[c]
+            out_s[q, c] = hs[c]
+    return out_i, out_s
+
+
+# -- Seismic (Bruch, Nardini, Rulli, Venturini, SIGIR 2024) ------------------------------------
+
+
+@njit(cache=True)
+def row_dot_dense(qd, fi, fv, a, b):
+    """The inner product of forward row [a, b) with the dense query ``qd``."""
+    s = np.float32(0.0)
+    for e in range(a, b):
+        s += qd[fi[e]] * fv[e]
+    return s
+
+
+@njit(cache=True)
+def cluster_block_members(docs, fp, fi, fv, n_blocks, seed, scratch):
+    """Split one posting list's documents ``docs`` (positions) into at most ``n_blocks`` blocks:
+    ``n_blocks`` of them drawn as centroids, every document in the block of the centroid it has
+    the largest inner product with (the paper's geometric blocking). Returns (order, starts):
+    the documents grouped by block and each block's start, empty blocks dropped. ``scratch`` is
+    a zeroed dense float32 vector of the vocabulary's size, left zeroed."""
+    m = docs.size
+    c = min(n_blocks, m)
+    np.random.seed(seed)
+    cent = np.random.choice(m, c, replace=False)
+    assign = np.empty(m, np.int64)
+    best = np.full(m, -np.inf, np.float32)
+    for j in range(c):
+        d = docs[cent[j]]
+        for e in range(fp[d], fp[d + 1]):
+            scratch[fi[e]] = fv[e]
+        for i in range(m):
+            x = docs[i]
+            s = row_dot_dense(scratch, fi, fv, fp[x], fp[x + 1])
+            if s > best[i]:
+                best[i] = s
+                assign[i] = j
+        for e in range(fp[d], fp[d + 1]):
+            scratch[fi[e]] = 0.0
+    counts = np.zeros(c + 1, np.int64)
+    for i in range(m):
+        counts[assign[i] + 1] += 1
+    starts = np.cumsum(counts)
+    fill = starts[:-1].copy()
+    order = np.empty(m, np.int64)
+    for i in range(m):
+        order[fill[assign[i]]] = docs[i]
+        fill[assign[i]] += 1
+    keep = np.flatnonzero(counts[1:] > 0)
+    out = np.empty(keep.size + 1, np.int64)
+    for j in range(keep.size):
+        out[j] = starts[keep[j]]
+    out[keep.size] = m
+    return order, out
+
+
+@njit(cache=True)
+def block_summary(block, fp, fi, fv, alpha, scratch, mark, terms):
+    """A block's summary: the coordinate-wise maximum of its documents, its largest entries
+    kept until they hold ``alpha`` of its mass, sorted by term id; quantized to 8 bits with one
+    scale. Returns (terms uint32, codes uint8, scale)."""
+    nt = 0
+    for d in block:
+        for e in range(fp[d], fp[d + 1]):
+            t = fi[e]
+            if not mark[t]:
+                mark[t] = True
+                terms[nt] = t
+                nt += 1
+            if fv[e] > scratch[t]:
+                scratch[t] = fv[e]
+    vals = np.empty(nt, np.float32)
+    total = 0.0
+    for j in range(nt):
+        vals[j] = scratch[terms[j]]
+        total += vals[j]
+    order = np.argsort(-vals)
+    kept, mass = 0, 0.0
+    while kept < nt and (kept == 0 or mass < alpha * total):
+        mass += vals[order[kept]]
+        kept += 1
+    sel = np.sort(terms[order[:kept]])
+    top = vals[order[0]] if nt else np.float32(0.0)
+    scale = np.float32(top / 255.0) if top > 0 else np.float32(1.0)
+    codes = np.empty(kept, np.uint8)
+    for j in range(kept):
+        # rounded up: a summary bounds its block's scores from above
+        codes[j] = min(255, int(np.ceil(scratch[sel[j]] / scale)))
+    for j in range(nt):
+        scratch[terms[j]] = 0.0
+        mark[terms[j]] = False
+    return sel.astype(np.uint32), codes, scale
+
+
+@njit(cache=True)
+def seismic_search(qp, qi, qv, query_cut, heap_factor, term_blocks, block_docs_ptr,
+                   block_docs, sum_ptr, sum_terms, sum_codes, sum_scale, n_main, fp, fi, fv,
+                   pos_ids, ok, k, dim):
+    """Seismic's query: the query's ``query_cut`` heaviest terms, heaviest first; each of their
+    blocks whose summary bound (its inner product with the whole query) reaches the k-th best
+    score so far times ``heap_factor`` has its documents scored exactly from the forward rows;
+    positions from ``n_main`` on (the tail not yet in the blocks) are scored exactly, all of
+    them. Returns (ids, scores), -1 / -inf padded."""
+    nq = qp.size - 1
+    out_i = np.full((nq, k), -1, np.int64)
+    out_s = np.full((nq, k), -np.inf, np.float32)
+    qd = np.zeros(dim, np.float32)
+    seen = np.zeros(pos_ids.size, np.bool_)
+    touched = np.empty(pos_ids.size, np.int64)
+    hs = np.empty(k, np.float32)
+    hi = np.empty(k, np.int64)
+    for q in range(nq):
+        a, b = qp[q], qp[q + 1]
+        for j in range(a, b):
+            qd[qi[j]] = qv[j]
+        heavy = np.argsort(-qv[a:b])[:query_cut]
+        size, nt = 0, 0
+        for h in heavy:
+            t = qi[a + h]
+            for blk in range(term_blocks[t], term_blocks[t + 1]):
+                bound = np.float32(0.0)
+                for e in range(sum_ptr[blk], sum_ptr[blk + 1]):
+                    bound += qd[sum_terms[e]] * np.float32(sum_codes[e])
+                bound *= sum_scale[blk]
+                if size == k and bound * heap_factor < hs[0]:
+                    continue
+                for e in range(block_docs_ptr[blk], block_docs_ptr[blk + 1]):
+                    d = block_docs[e]
+                    if seen[d]:
+                        continue
+                    seen[d] = True
+                    touched[nt] = d
+                    nt += 1
+                    if ok[d]:
+                        size = _heap.push(hs, hi, size,
+                                          row_dot_dense(qd, fi, fv, fp[d], fp[d + 1]),
+                                          pos_ids[d])
+        for d in range(n_main, pos_ids.size):
+            if ok[d]:
+                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]])
+                if hit:
+                    size = _heap.push(hs, hi, size, s, pos_ids[d])
+        for c in range(nt):
+            seen[touched[c]] = False
+        for j in range(a, b):
+            qd[qi[j]] = 0.0
+        _heap.sort_best_first(hs, hi, size)
+        for c in range(size):
+            out_i[q, c] = hi[c]
+            out_s[q, c] = hs[c]
+    return out_i, out_s
+
+
+@njit(cache=True)
+def term_blocks(docs, vals, lam, n_blocks, fp, fi, fv, alpha, seed, scratch, mark, terms):
+    """One term's blocks: its posting list (``docs`` with their ``vals`` for the term) pruned to
+    the ``lam`` largest values, clustered into at most ``n_blocks`` blocks, each summarised.
+    Returns (documents by block, block starts, summary starts, summary terms, codes, scales)."""
+    if docs.size > lam:
+        top = np.argsort(-vals)[:lam]
+        docs = docs[top]
+    order, starts = cluster_block_members(docs, fp, fi, fv, n_blocks, seed, scratch)
+    nb = starts.size - 1
+    sstart = np.zeros(nb + 1, np.int64)
+    parts_t = []
+    parts_c = []
+    scales = np.empty(nb, np.float32)
+    for j in range(nb):
+        t, c, sc = block_summary(order[starts[j]:starts[j + 1]], fp, fi, fv, alpha, scratch,
+                                 mark, terms)
+        parts_t.append(t)
+        parts_c.append(c)
+        scales[j] = sc
+        sstart[j + 1] = sstart[j] + t.size
+    st = np.empty(sstart[nb], np.uint32)
+    sc_ = np.empty(sstart[nb], np.uint8)
+    for j in range(nb):
+        st[sstart[j]:sstart[j + 1]] = parts_t[j]
+        sc_[sstart[j]:sstart[j + 1]] = parts_c[j]
+    return order, starts, sstart, st, sc_, scales
