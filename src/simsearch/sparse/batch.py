@@ -26,7 +26,15 @@ MAX_NNZ = 1 << 31  # a batch's stored entries (int64 offsets inside, uint32 term
 class SparseBatch:
     """Rows of sparse items: row ``r`` holds ``indices[indptr[r]:indptr[r+1]]`` (uint32 term ids,
     strictly increasing) with ``values`` (float32) over a vocabulary of ``dim`` terms.
-    Indexable by an int, a slice or an array of rows (a batch again), as a matrix is."""
+    Indexable by an int, a slice or an array of rows (a batch again), as a matrix is.
+
+    >>> from simsearch.sparse import sparse_batch
+    >>> b = sparse_batch([([0, 3], [1.0, 0.5]), ([2], [2.0])], dim=5)
+    >>> len(b), b.nnz, b.row(0)[0].tolist()
+    (2, 3, [0, 3])
+    >>> b[[1]].to_scipy().toarray().tolist()
+    [[0.0, 0.0, 2.0, 0.0, 0.0]]
+    """
 
     indptr: np.ndarray
     indices: np.ndarray
