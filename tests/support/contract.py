@@ -19,7 +19,8 @@ class Case:
     make(dim, metric, train_x) returns an index ready for add() (trained where needed).
     min_recall: recall@10 against the exact oracle on the fixture with ``search_kw``.
     exact: results must equal the oracle's (ids by score, scores to float tolerance).
-    items: what the kind holds ("vectors", or "strings": the string fixture, dim 0).
+    items: what the kind holds ("vectors"; "strings": the string fixture, dim 0; "sparse":
+    topic-clustered sparse rows of counts over SPARSE_DIM terms).
     """
 
     id: str
@@ -32,9 +33,30 @@ class Case:
     items: str = "vectors"
 
 
+SPARSE_DIM = 512
+
+
 def dim_of(case: Case, dim: int) -> int:
-    """The dim a case's index is made with: 0 for strings."""
-    return 0 if case.items == "strings" else dim
+    """The dim a case's index is made with: 0 for strings, the vocabulary for sparse rows."""
+    return {"strings": 0, "sparse": SPARSE_DIM}.get(case.items, dim)
+
+
+def sparse_rows(n: int, seed: int):
+    """Rows of term counts drawn from 20 topics of 40 terms (as text and learned sparse vectors
+    cluster), a scipy CSR matrix."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    topics = np.random.default_rng(99).choice(SPARSE_DIM, (20, 40))
+    indptr, indices, values = [0], [], []
+    for _ in range(n):
+        terms = np.unique(np.concatenate([rng.choice(topics[rng.integers(20)], 12),
+                                          rng.choice(SPARSE_DIM, 3)]))
+        indices.append(terms)
+        values.append(rng.integers(1, 5, terms.size).astype(np.float32))
+        indptr.append(indptr[-1] + terms.size)
+    return sp.csr_matrix((np.concatenate(values), np.concatenate(indices), indptr),
+                         shape=(n, SPARSE_DIM))
 
 
 def items_of(case: Case, n: int, n_queries: int, dim: int, seed: int):
@@ -44,6 +66,8 @@ def items_of(case: Case, n: int, n_queries: int, dim: int, seed: int):
 
     if case.items == "strings":
         return strings(n, n_queries, seed)
+    if case.items == "sparse":
+        return sparse_rows(n, seed), sparse_rows(n_queries, seed + 1000)
     return synthetic_longtail(n=n, dim=dim, n_queries=n_queries, n_clusters=30, seed=seed)
 
 
@@ -54,6 +78,10 @@ def exact_search(case: Case, metric: str, dim: int, base, ids, queries, k: int):
         idx = ss.create_index("strings", 0, "edit", index="flat", encoder=string_encoder())
         idx.add(base, ids)
         return idx.search(queries, k, n_candidates=len(ids))
+    if case.items == "sparse":  # the exact scan; BM25's own scoring is exact by construction
+        idx = ss.create_index("bm25" if case.id == "bm25" else "sparse-flat", SPARSE_DIM, "ip")
+        idx.add(base, ids)
+        return idx.search(queries, k)
     idx = ss.FlatIndex(dim, metric)
     idx.add(base, ids)
     return idx.search(queries, k)
@@ -191,4 +219,11 @@ CASES = [
         min_recall=0.95,
         items="strings",
     ),
+    Case("sparse-flat", lambda d, m, x: ss.SparseFlatIndex(d, m), metrics=("ip",), exact=True,
+         min_recall=1.0, items="sparse"),
+    Case("bm25", lambda d, m, x: ss.create_index("bm25", d, m), metrics=("ip",), exact=True,
+         min_recall=1.0, items="sparse"),
+    Case("sparse-seismic", lambda d, m, x: ss.create_index("sparse-seismic", d, m,
+                                                             n_postings=200),
+         metrics=("ip",), min_recall=0.9, items="sparse"),
 ]
