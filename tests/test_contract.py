@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import simsearch as ss
-from contract import CASES, Case, dim_of
+from contract import CASES, Case, dim_of, exact_search, items_of, tie_data
 from simsearch import errors
 from simsearch.datasets import synthetic_longtail
 from simsearch.eval import recall_at_k
@@ -28,8 +28,11 @@ def vectors():
 
 @pytest.fixture
 def data(request, vectors):
-    """(base, queries) of the case's items: vectors, or strings (object arrays of str)."""
+    """(base, queries) of the case's items: vectors, strings (object arrays of str), or sparse
+    rows (SparseBatch)."""
     case = request.node.callspec.params["case"]
+    if case.items == "sparse":
+        return items_of(case, N, 50, DIM, 7)
     return strings(N, 50) if case.items == "strings" else vectors
 
 
@@ -80,10 +83,10 @@ def test_recall_and_ordering(case, metric, data, oracles):
     r = idx.search(queries, K, **case.search_kw)
     assert r.ids.shape == (len(queries), K) and r.ids.dtype == np.int64
     assert r.scores.shape == (len(queries), K) and r.scores.dtype == np.float32
-    o = oracles[metric]
-    rec = recall_at_k(
-        r.ids, o.ids, K, gt_scores=o.scores, queries=queries, base=base, metric=metric
-    )
+    o = oracles[metric] if case.items != "sparse" else \
+        exact_search(case, metric, idx.dim, base, np.arange(N), queries, 100)
+    rec = recall_at_k(r.ids, o.ids, K, gt_scores=o.scores, metric=metric,
+                      **tie_data(case, queries, base))
     assert rec >= case.min_recall, f"recall@{K}={rec:.3f} < {case.min_recall}"
     # best first
     d = np.diff(r.scores, axis=1)
@@ -117,7 +120,10 @@ def test_padding_and_empty(case, metric, data):
         np.isposinf(r.scores).all()
     idx.add(base[:4], ids=[10, 11, 12, 13])
     r = idx.search(queries[:3], K, **case.search_kw)
-    assert sorted(r.ids[0, :4].tolist()) == [10, 11, 12, 13]
+    if case.items == "sparse":  # only the items sharing a term with the query
+        assert set(r.ids[r.ids >= 0].tolist()) <= {10, 11, 12, 13}
+    else:
+        assert sorted(r.ids[0, :4].tolist()) == [10, 11, 12, 13]
     assert (r.ids[:, 4:] == -1).all()
 
 
@@ -159,8 +165,20 @@ BAD_INPUTS = {
 }
 
 
+BAD_SPARSE = {
+    **_BAD_IDS,
+    "unsorted": lambda b: ([([5, 3], [1.0, 1.0])], None),
+    "repeated": lambda b: ([([3, 3], [1.0, 1.0])], None),
+    "outside_vocabulary": lambda b: ([([0, 10**6], [1.0, 1.0])], None),
+    "nan": lambda b: ([([1], [np.nan])], None),
+    "negative": lambda b: ([([1], [-1.0])], None),
+    "dense": lambda b: (np.ones((2, 4), np.float32), None),
+    "strings": lambda b: (["acgt"], None),
+}
+
+
 def _bad_of(case: Case) -> dict:
-    return BAD_STRINGS if case.items == "strings" else BAD_INPUTS
+    return {"strings": BAD_STRINGS, "sparse": BAD_SPARSE}.get(case.items, BAD_INPUTS)
 
 
 @pytest.mark.parametrize("case,metric,bad", [
@@ -210,6 +228,11 @@ def test_bad_search(case, metric, k, data):
         with pytest.raises(errors.InvalidVectorError, match="str"):
             idx.search([b"acg", 3], K, **case.search_kw)
         return
+    if case.items == "sparse":
+        for bad in ([([idx.dim], [1.0])], [([1], [np.nan])], np.ones((1, 4), np.float32)):
+            with pytest.raises(errors.InvalidParameterError):
+                idx.search(bad, K, **case.search_kw)
+        return
     with pytest.raises(errors.DimensionMismatchError):
         idx.search(queries[:2, :-1], K, **case.search_kw)
     with pytest.raises(errors.InvalidVectorError):
@@ -251,6 +274,13 @@ def test_get_vectors(case, metric, data):
         assert idx.get_strings(ids) == base[ids].tolist()
         with pytest.raises(errors.UnknownIdError, match="1000000"):
             idx.get_strings([3, 10**6])
+        return
+    if case.items == "sparse":  # the stored rows, as a SparseBatch
+        got = idx.get_vectors(ids)
+        assert len(got) == 4 and (got.to_scipy() != base[ids].to_scipy()).nnz == 0
+        assert len(idx.get_vectors([])) == 0
+        with pytest.raises(errors.UnknownIdError, match="1000000"):
+            idx.get_vectors([3, 10**6])
         return
     want = base[ids] / (np.linalg.norm(base[ids], axis=1, keepdims=True)
                         if metric == "cosine" else 1)
@@ -345,6 +375,7 @@ _BAD_SEARCH = {
     "n_threads": [0, -2, 1025, 1.5, "2", True],
     "ranking": ["nope", 3], "list_ranking": ["nope", 3], "part_effort": ["nope", 3],
     "prune": ["yes", 2], "require_complete": ["yes", 2],
+    "query_cut": _BAD_INT, "heap_factor": [0, -1, "1", True],
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import simsearch as ss
 from contract import CASES, Case, dim_of, items_of
@@ -45,7 +46,29 @@ def built(case: Case, metric: str, base: np.ndarray) -> ss.Index:
     return _BUILT[key]
 
 
-def exact_scores(q, x, metric):
+def sparse_scores(q, x, kind: str) -> np.ndarray:
+    """Exact scores of sparse rows (float64): the inner product, or BM25 over the rows' counts
+    (Lucene's variant, k1 1.5, b 0.75, with x's statistics); -inf where no term is shared."""
+    qm, xm = q.to_scipy().astype(np.float64), x.to_scipy().astype(np.float64)
+    qb, xb = qm.copy(), xm.copy()
+    qb.data[:], xb.data[:] = 1, 1
+    shares = (qb @ xb.T).toarray() > 0
+    if kind == "bm25":
+        n = xm.shape[0]
+        df = np.asarray(xb.sum(0)).ravel()
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        dl = np.asarray(xm.sum(1)).ravel()
+        w = xm.tocoo()
+        w.data = w.data / (w.data + 1.5 * (1 - 0.75 + 0.75 * dl[w.row] / dl.mean()))
+        s = (qm.multiply(idf[None, :]).tocsr() @ w.tocsr().T).toarray()
+    else:
+        s = (qm @ xm.T).toarray()
+    return np.where(shares, s, -np.inf)
+
+
+def exact_scores(q, x, metric, case=None):
+    if case is not None and case.items == "sparse":
+        return sparse_scores(q, x, case.id)
     if metric == "edit":  # strings
         from simsearch.strings import edit_distance_matrix
 
@@ -58,9 +81,9 @@ def exact_scores(q, x, metric):
     return q.astype(np.float64) @ x.T.astype(np.float64)
 
 
-def oracle(q, x, metric, ok):
+def oracle(q, x, metric, ok, case=None):
     """numpy's filtered exact top-K: ids (nq, K) -1 padded and scores (higher is better)."""
-    s = np.where(ok, exact_scores(q, x, metric), -np.inf)
+    s = np.where(ok, exact_scores(q, x, metric, case), -np.inf)
     order = np.argsort(-s, axis=1, kind="stable")[:, :K]
     top = np.take_along_axis(s, order, 1)
     return np.where(np.isfinite(top), order, -1), top
@@ -70,9 +93,9 @@ def check(idx, case, metric, base, q, ok, **filt):
     """Every returned id allowed, no repeats, padding where fewer than K exist; returns the
     tie-aware recall against the filtered oracle (a hit scores at least the true K-th)."""
     r = idx.search(q, K, **filt, **case.search_kw)
-    truth, top = oracle(q, base, metric, ok)
+    truth, top = oracle(q, base, metric, ok, case)
     hits = total = 0
-    s_all = exact_scores(q, base, metric)
+    s_all = exact_scores(q, base, metric, case)
     for i in range(len(q)):
         got = r.ids[i][r.ids[i] >= 0]
         assert ok[i, got].all(), f"query {i}: disallowed ids {got[~ok[i, got]]}"
@@ -105,7 +128,7 @@ def test_shared_allow_every_selectivity(case, metric, data):
         r, rec = check(idx, case, metric, base, queries, ok, allow=allow)
         assert rec >= case.min_recall, f"selectivity {sel}: recall {rec:.3f}"
         if case.exact:
-            want = oracle(queries, base, metric, ok)
+            want = oracle(queries, base, metric, ok, case)
             np.testing.assert_allclose(
                 np.where(r.ids >= 0, r.scores, 0),
                 np.where(want[0] >= 0, want[1] if higher_is_better(metric) else -want[1], 0),
@@ -152,7 +175,7 @@ def test_filter_correlated_against_the_query(case, metric, data):
     base, queries = data
     idx = built(case, metric, base)
     # allow only the items far from every query (a region the queries' neighbourhoods miss)
-    s = exact_scores(queries, base, metric).max(0)
+    s = exact_scores(queries, base, metric, case).max(0)
     allow = np.argsort(s)[: N // 10]
     ok = np.zeros((len(queries), N), bool)
     ok[:, allow] = True
@@ -165,6 +188,11 @@ def test_padding_unknown_ids_and_nothing_allowed(case, metric, data):
     base, queries = data
     idx = built(case, metric, base)
     q = queries[:3]
+    if case.items == "sparse":  # queries sharing a term with every item asked for below
+        from simsearch.sparse import sparse_batch
+
+        union = base[[1, 2, 5, 7, 17, 99]].to_scipy().sum(0)
+        q = sparse_batch(sp.csr_matrix(np.tile(union, (3, 1))), idx.dim)
     r = idx.search(q, K, allow=[5, 17, 99, 10**12, 4 * N], **case.search_kw)  # 2 unknown
     assert (np.sort(r.ids[:, :3], axis=1) == [5, 17, 99]).all()
     assert (r.ids[:, 3:] == -1).all()

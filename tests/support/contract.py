@@ -67,8 +67,17 @@ def items_of(case: Case, n: int, n_queries: int, dim: int, seed: int):
     if case.items == "strings":
         return strings(n, n_queries, seed)
     if case.items == "sparse":
-        return sparse_rows(n, seed), sparse_rows(n_queries, seed + 1000)
+        from simsearch.sparse import sparse_batch
+
+        return (sparse_batch(sparse_rows(n, seed), SPARSE_DIM),
+                sparse_batch(sparse_rows(n_queries, seed + 1000), SPARSE_DIM))
     return synthetic_longtail(n=n, dim=dim, n_queries=n_queries, n_clusters=30, seed=seed)
+
+
+def tie_data(case: Case, queries, base) -> dict:
+    """What recall_at_k needs to count ties (the dense rows); sparse rows are scored exactly
+    by their oracle, so ties count by its scores alone."""
+    return {} if case.items == "sparse" else {"queries": queries, "base": base}
 
 
 def exact_search(case: Case, metric: str, dim: int, base, ids, queries, k: int):
