@@ -749,3 +749,50 @@ def test_concurrent_searches_merged_by_the_coordinator_answer_as_alone(cluster_f
     assert got["simsearch_pyramid_batched_searches_total"] >= 320
     assert got["simsearch_pyramid_search_batches_total"] < \
         got["simsearch_pyramid_batched_searches_total"]
+
+
+def _processes_under(path) -> list[int]:
+    """Pids of live processes whose command line names ``path`` (what a test started there)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{d}/stat") as f:
+                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                continue
+            if str(path).encode() in cmd and not zombie:
+                out.append(int(d))
+    return out
+
+
+@pytest.mark.parametrize("error", ["coordination", "other"])
+def test_a_cluster_that_fails_to_start_leaves_no_process_behind(tmp_path, monkeypatch, error):
+    """The defect: LocalCluster's wait for readiness let an error of its status check escape
+    (etcd timing out on a loaded machine: CoordinationError), so the supervisor, its etcd and
+    its shards kept running after the test failed; seen as leftover processes after a run of the
+    suite with four workers, and this test failed on the code before (processes left in both
+    cases). Now a status check etcd does not answer is asked again until the timeout, and any
+    error stops what was started before it is raised."""
+    from simsearch.errors import SimsearchError
+    from simsearch.pyramid import launcher
+    from simsearch.pyramid.control.errors import CoordinationError
+
+    def failing(*args, **kwargs):
+        if error == "coordination":
+            raise CoordinationError("etcd get prefix failed (test)")
+        raise RuntimeError("status check failed (test)")
+
+    monkeypatch.setattr(launcher, "cluster_status", failing)
+    try:
+        with pytest.raises(SimsearchError if error == "coordination" else RuntimeError):
+            launcher.LocalCluster(tmp_path / "cl", 1, 1, timeout=15)
+        deadline = time.monotonic() + 10
+        while _processes_under(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_under(tmp_path) == []
+    finally:
+        for pid in _processes_under(tmp_path):
+            os.kill(pid, signal.SIGKILL)

@@ -22,6 +22,7 @@ from .._durable import atomic_write
 from ..errors import SimsearchError
 from ..service.auth import CLUSTER, load_tokens
 from .batching import MAX_IN_FLIGHT as SEARCH_BATCHES
+from .control.errors import CoordinationError
 from .control.etcd import Etcd, tls_from_args
 from .control.etcd_server import DEFAULT_QUOTA_BYTES, LocalEtcd, embedded_is_safe, tls_argv
 from .status import cluster_status
@@ -330,12 +331,15 @@ class LocalCluster:
              str(shards), "--replicas", str(replicas), "--data-dir", str(self.dir), *extra],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         t0 = time.monotonic()
-        while not self._ready(shards, coords):
-            if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
-                self.stop()
-                raise SimsearchError("the local cluster did not start:\n"
-                                     + (self.dir / "supervisor.log").read_text()[-4000:])
-            time.sleep(0.1)
+        try:  # whatever ends the wait, the processes started here are stopped with it
+            while not self._ready(shards, coords):
+                if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
+                    raise SimsearchError("the local cluster did not start:\n"
+                                         + (self.dir / "supervisor.log").read_text()[-4000:])
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
 
     def _ready(self, shards: int, coords: int) -> bool:
         try:
@@ -345,7 +349,10 @@ class LocalCluster:
         roles = up["processes"]
         if sum(r.startswith("coord-") for r in roles) < coords:
             return False
-        st = cluster_status(up["etcd"], up["cluster"], up)
+        try:
+            st = cluster_status(up["etcd"], up["cluster"], up)
+        except CoordinationError:  # etcd not answering yet (a loaded machine): ask again
+            return False
         return st["leader"] is not None and \
             sum(p["role"] == "shard" and p["state"] == "serving" for p in st["processes"]) >= shards
 
