@@ -1,6 +1,6 @@
 """numba kernels of the sparse indexes: the exact inverted-index scan (term-at-a-time
-accumulation over posting lists, then a bounded heap), and the dot product of two sorted
-sparse rows."""
+accumulation over posting lists, then a bounded heap; inner products, or BM25 weighed at query
+time), the dot product of two sorted sparse rows, and Seismic's build and walk."""
 
 from __future__ import annotations
 
@@ -9,16 +9,33 @@ from numba import njit
 
 from .. import _heap
 
+#: ``inverted_scan``'s and ``sorted_dot``'s arguments for plain inner products
+NO_LENGTHS = np.empty(0, np.float32)
+NO_BM25 = (np.float32(1.0), np.float32(0.0), np.float32(1.0))
+
 
 @njit(cache=True, inline="always")
-def sorted_dot(ai, av, bi, bv):
-    """(inner product, shares a term) of two rows with strictly increasing term ids."""
+def weight(v, d, dl, bm25):
+    """Item ``d``'s weight for a term it holds with value ``v``: the value itself, or with
+    lengths ``dl`` (BM25) Lucene's term-frequency component of the count ``v`` with
+    ``bm25 = (k1, b, avgdl)``. In float32: every path that scores an item rounds alike, or a
+    tie breaks differently by the path."""
+    if dl.size == 0:
+        return v
+    k1, b, avgdl = bm25
+    return np.float32(v / (v + k1 * (np.float32(1.0) - b + b * dl[d] / avgdl)))
+
+
+@njit(cache=True, inline="always")
+def sorted_dot(ai, av, bi, bv, d, dl, bm25):
+    """(score, shares a term) of query row (ai, av) against item ``d``'s row (bi, bv), both with
+    strictly increasing term ids; the item's values weighed by ``weight``."""
     s = np.float32(0.0)
     hit = False
     x, y = 0, 0
     while x < ai.size and y < bi.size:
         if ai[x] == bi[y]:
-            s += av[x] * bv[y]
+            s += np.float32(av[x] * weight(bv[y], d, dl, bm25))
             hit = True
             x += 1
             y += 1
@@ -31,12 +48,14 @@ def sorted_dot(ai, av, bi, bv):
 
 @njit(cache=True)
 def inverted_scan(qp, qi, qv, post_ptr, post_pos, post_val, n_main, fp, fi, fv, pos_ids,
-                  ok, k):
+                  ok, k, dl, bm25):
     """Exact top-k of each query row among the positions ``ok`` allows: positions below
     ``n_main`` through their posting lists (``post_*``: CSC over positions), the rest (the
     tail not yet in the lists) by ``sorted_dot`` against their forward rows (``f*``, CSR by
-    position). Candidates are the items sharing a term with the query. Returns (ids, scores),
-    -1 / -inf padded."""
+    position). Candidates are the items sharing a term with the query. ``dl`` empty: scores
+    are inner products; else BM25, the postings holding counts weighed at query time by the
+    item lengths ``dl`` and ``bm25 = (k1, b, avgdl)``, the query's values carrying the idf.
+    Returns (ids, scores), -1 / -inf padded."""
     nq = qp.size - 1
     n = pos_ids.size
     out_i = np.full((nq, k), -1, np.int64)
@@ -58,7 +77,7 @@ def inverted_scan(qp, qi, qv, post_ptr, post_pos, post_val, n_main, fp, fi, fv, 
                     seen[d] = True
                     touched[nt] = d
                     nt += 1
-                acc[d] += w * post_val[e]
+                acc[d] += np.float32(w * weight(post_val[e], d, dl, bm25))
         size = 0
         for c in range(nt):
             d = touched[c]
@@ -68,74 +87,8 @@ def inverted_scan(qp, qi, qv, post_ptr, post_pos, post_val, n_main, fp, fi, fv, 
             seen[d] = False
         for d in range(n_main, n):
             if ok[d]:
-                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]])
-                if hit:
-                    size = _heap.push(hs, hi, size, s, pos_ids[d])
-        _heap.sort_best_first(hs, hi, size)
-        for c in range(size):
-            out_i[q, c] = hi[c]
-            out_s[q, c] = hs[c]
-    return out_i, out_s
-
-
-@njit(cache=True, inline="always")
-def _tfc(tf, dl, k1, b, avgdl):
-    """BM25's term-frequency component (Lucene's, as bm25s computes it), in float32: every
-    path that scores an item must round alike, or a tie breaks differently by the path."""
-    return np.float32(tf / (tf + k1 * (np.float32(1.0) - b + b * dl / avgdl)))
-
-
-@njit(cache=True)
-def bm25_scan(qp, qi, qv, post_ptr, post_pos, post_tf, n_main, fp, fi, fv, dl, pos_ids, ok,
-              k, k1, b, avgdl):
-    """``inverted_scan`` for BM25: a posting holds the term's count in the item (``post_tf``,
-    ``fv``), weighted at query time by the item's length ``dl`` and the collection's current
-    ``avgdl``; the query's weights (``qv``) carry the idf. Exact whatever was added or removed
-    since the lists were built."""
-    nq = qp.size - 1
-    n = pos_ids.size
-    out_i = np.full((nq, k), -1, np.int64)
-    out_s = np.full((nq, k), -np.inf, np.float32)
-    acc = np.zeros(n_main, np.float32)
-    seen = np.zeros(n_main, np.bool_)
-    touched = np.empty(n_main, np.int64)
-    hs = np.empty(k, np.float32)
-    hi = np.empty(k, np.int64)
-    for q in range(nq):
-        a, e_ = qp[q], qp[q + 1]
-        nt = 0
-        for j in range(a, e_):
-            t = qi[j]
-            w = qv[j]
-            for e in range(post_ptr[t], post_ptr[t + 1]):
-                d = post_pos[e]
-                if not seen[d]:
-                    seen[d] = True
-                    touched[nt] = d
-                    nt += 1
-                acc[d] += np.float32(w * _tfc(post_tf[e], dl[d], k1, b, avgdl))
-        size = 0
-        for c in range(nt):
-            d = touched[c]
-            if ok[d]:
-                size = _heap.push(hs, hi, size, acc[d], pos_ids[d])
-            acc[d] = 0.0
-            seen[d] = False
-        for d in range(n_main, n):
-            if ok[d]:
-                s = np.float32(0.0)
-                hit = False
-                x, y = a, fp[d]
-                while x < e_ and y < fp[d + 1]:
-                    if qi[x] == fi[y]:
-                        s += np.float32(qv[x] * _tfc(fv[y], dl[d], k1, b, avgdl))
-                        hit = True
-                        x += 1
-                        y += 1
-                    elif qi[x] < fi[y]:
-                        x += 1
-                    else:
-                        y += 1
+                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]],
+                                    d, dl, bm25)
                 if hit:
                     size = _heap.push(hs, hi, size, s, pos_ids[d])
         _heap.sort_best_first(hs, hi, size)
@@ -282,7 +235,8 @@ def seismic_search(qp, qi, qv, query_cut, heap_factor, term_blocks, block_docs_p
                                           pos_ids[d])
         for d in range(n_main, pos_ids.size):
             if ok[d]:
-                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]])
+                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]],
+                                    d, NO_LENGTHS, NO_BM25)
                 if hit:
                     size = _heap.push(hs, hi, size, s, pos_ids[d])
         for c in range(nt):

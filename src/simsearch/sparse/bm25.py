@@ -12,7 +12,6 @@ import numpy as np
 
 from ..errors import InvalidParameterError
 from ..index import SearchResult, register
-from ._kernels import bm25_scan
 from .batch import SparseBatch, sparse_batch
 from .flat import SparseStore
 
@@ -84,13 +83,11 @@ class BM25Index(SparseStore):
         return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
 
     def _scan(self, q: SparseBatch, k: int, ok: np.ndarray) -> SearchResult:
-        pp, pi, pv = self._post
         n = len(self)
         # summed over the held rows in position order each time: the same value however the
         # index came to hold them (a running total would differ in its last bits after a load)
         avgdl = float(self._rowsum[self._alive].sum(dtype=np.float64)) / max(n, 1) or 1.0
-        qv = (q.values * self.idf(q.indices)).astype(np.float32)
-        ids, scores = bm25_scan(q.indptr, q.indices, qv, pp, pi, pv, self._n_main, self._fp,
-                                self._fi, self._fv, self._rowsum, self._pos_ids, ok, k,
-                                np.float32(self.k1), np.float32(self.b), np.float32(avgdl))
-        return SearchResult(ids, scores)
+        weighted = SparseBatch(q.indptr, q.indices,
+                               (q.values * self.idf(q.indices)).astype(np.float32), q.dim)
+        return self._exact(weighted, k, ok, self._rowsum,
+                           (np.float32(self.k1), np.float32(self.b), np.float32(avgdl)))

@@ -14,7 +14,7 @@ from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
 from ..filters import IdFilter
 from ..index import Index, SearchResult, check_restored, register
-from ._kernels import inverted_scan
+from ._kernels import NO_BM25, NO_LENGTHS, inverted_scan
 from .batch import SparseBatch, sparse_batch
 
 #: rows added since the posting lists were built are scanned row by row; past this share of
@@ -141,11 +141,14 @@ class SparseStore(Index):
     def _scan(self, q: SparseBatch, k: int, ok: np.ndarray) -> SearchResult:
         raise NotImplementedError
 
-    def _exact(self, q: SparseBatch, k: int, ok: np.ndarray) -> SearchResult:
-        """The exact top-k among the positions ``ok`` allows (the inverted scan)."""
+    def _exact(self, q: SparseBatch, k: int, ok: np.ndarray, lengths: np.ndarray = NO_LENGTHS,
+               bm25: tuple = NO_BM25) -> SearchResult:
+        """The exact top-k among the positions ``ok`` allows (the inverted scan; with
+        ``lengths``, BM25: ``_kernels.inverted_scan``)."""
         pp, pi, pv = self._post
         ids, scores = inverted_scan(q.indptr, q.indices, q.values, pp, pi, pv, self._n_main,
-                                    self._fp, self._fi, self._fv, self._pos_ids, ok, k)
+                                    self._fp, self._fi, self._fv, self._pos_ids, ok, k,
+                                    lengths, bm25)
         return SearchResult(ids, scores)
 
     def _search(self, q: SparseBatch, k: int) -> SearchResult:
