@@ -17,14 +17,12 @@ demo: $(PY)
 
 # the suite runs on every core (pytest-xdist), a test file to a worker: a file's module-scoped
 # nodes and clusters are made once; the files in collection order, which puts the longest first
-# (tests/conftest.py, LONG_FIRST); the numba kernels compiled first, once, in two processes
-# (tests/support/warm_kernels.py); TEST_WORKERS=0 runs it in this process alone
+# (tests/conftest.py, LONG_FIRST); TEST_WORKERS=0 runs it in this process alone
 TEST_WORKERS ?= auto
 
 # the static checks are make lint's (CI runs both)
 test: $(PY)
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
-	$(PY) tests/support/warm_kernels.py 0 2 & $(PY) tests/support/warm_kernels.py 1 2; wait
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(PY)
