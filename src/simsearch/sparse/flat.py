@@ -138,8 +138,15 @@ class SparseStore(Index):
 
     # -- search -----------------------------------------------------------------------------
 
-    def _scan(self, q: SparseBatch, k: int, ok: np.ndarray) -> SearchResult:
+    def _scan(self, q: SparseBatch, k: int, ok: np.ndarray, **params: Any) -> SearchResult:
+        """The kind's top-k among the positions ``ok`` allows."""
         raise NotImplementedError
+
+    def _scan_filtered(self, q: SparseBatch, k: int, ok: np.ndarray,
+                       **params: Any) -> SearchResult:
+        """``_scan`` under a filter (a kind whose search needs enough allowed items to find
+        them overrides it)."""
+        return self._scan(q, k, ok, **params)
 
     def _exact(self, q: SparseBatch, k: int, ok: np.ndarray, lengths: np.ndarray = NO_LENGTHS,
                bm25: tuple = NO_BM25) -> SearchResult:
@@ -151,18 +158,21 @@ class SparseStore(Index):
                                     lengths, bm25)
         return SearchResult(ids, scores)
 
-    def _search(self, q: SparseBatch, k: int) -> SearchResult:
-        return self._scan(q, k, self._alive)
+    def _search(self, q: SparseBatch, k: int, **params: Any) -> SearchResult:
+        return self._scan(q, k, self._alive, **params)
 
     def _search_filtered(self, q: SparseBatch, k: int, filt: IdFilter,
                          **params: Any) -> SearchResult:
-        """Exact under any filter: the scan skips the positions the filter leaves out."""
-        if filt.shared:
-            return self._scan(q, k, self._alive & filt.allowed(self._pos_ids))
-        out = [self._scan(q[[i]], k, self._alive & filt.allowed(self._pos_ids, i))
-               for i in range(len(q))]
-        return SearchResult(np.concatenate([r.ids for r in out]),
-                            np.concatenate([r.scores for r in out]))
+        """The scan skipping the positions the filter leaves out: once for a filter the batch
+        shares, else query by query."""
+        out_i = np.full((len(q), k), -1, np.int64)
+        out_s = np.full((len(q), k), -np.inf, np.float32)
+        for i in [0] if filt.shared else range(len(q)):
+            rows = np.arange(len(q)) if filt.shared else np.array([i])
+            ok = self._alive & filt.allowed(self._pos_ids, None if filt.shared else i)
+            r = self._scan_filtered(q[rows], k, ok, **params)
+            out_i[rows], out_s[rows] = r.ids, r.scores
+        return SearchResult(out_i, out_s)
 
     def _vectors_of(self, ids: np.ndarray) -> SparseBatch:
         return self._rows(self._positions(ids))

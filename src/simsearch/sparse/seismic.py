@@ -115,19 +115,10 @@ class SeismicIndex(SparseStore):
                                      ok, k, self.dim)
         return SearchResult(ids, scores)
 
-    def _search(self, q: SparseBatch, k: int, **params: Any) -> SearchResult:
-        return self._scan(q, k, self._alive, **params)
-
-    def _search_filtered(self, q: SparseBatch, k: int, filt, **params: Any) -> SearchResult:
-        """Seismic's walk skipping what the filter leaves out; a filter that leaves fewer than
-        ``32 k`` items takes the exact scan of them instead (the walk would find too few)."""
-        out_i = np.full((len(q), k), -1, np.int64)
-        out_s = np.full((len(q), k), -np.inf, np.float32)
-        for i in [0] if filt.shared else range(len(q)):
-            rows = np.arange(len(q)) if filt.shared else np.array([i])
-            ok = self._alive & filt.allowed(self._pos_ids, None if filt.shared else i)
-            sub = q[rows]
-            r = self._exact(sub, k, ok) if ok.sum() < 32 * k else self._scan(sub, k, ok,
-                                                                             **params)
-            out_i[rows], out_s[rows] = r.ids, r.scores
-        return SearchResult(out_i, out_s)
+    def _scan_filtered(self, q: SparseBatch, k: int, ok: np.ndarray,
+                       **params: Any) -> SearchResult:
+        """A filter that leaves fewer than ``32 k`` items takes the exact scan of them (the walk
+        would find too few of them)."""
+        if ok.sum() < 32 * k:
+            return self._exact(q, k, ok)
+        return self._scan(q, k, ok, **params)
