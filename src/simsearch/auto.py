@@ -13,7 +13,8 @@ logarithm). A sample's estimate can mislead, so every candidate estimated within
 cheapest (up to three), and the best of each kind of method (a scan, inverted lists, a graph)
 within 16x, is built on all the data, its knob tuned again there against the exact answers of the
 held-out queries (NEQ's also at each of four re-rank depths, the fastest kept), and timed; the
-measured cost decides. Candidates: flat,
+measured cost decides (data no larger than the sample was measured whole: its cheapest
+estimate decides). Candidates: flat,
 norm-scan, norm-ivf, HNSW, ip-NSW+, NR-LSH, NEQ (docs/benchmarks.md, "auto_index against the
 hand-tuned peers").
 """
@@ -383,8 +384,8 @@ class AutoIndex(Index):
                 if r not in finalists and r[4] <= _FAMILY_SPREAD * ok[0][4]:
                     finalists.append(r)
         finalists.sort(key=lambda r: r[4])
-        if len(xs) >= n:
-            finalists = finalists[:1]
+        if len(xs) >= len(pool):  # the sample was all the items but the held-out queries:
+            finalists = finalists[:1]  # its measurement is the full-size one
         built = []
         for r in finalists:
             _progress(f"building {r[0]} on all {n} items", p["progress"])

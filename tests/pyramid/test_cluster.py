@@ -58,6 +58,19 @@ def cluster_cli(cl, *args):
                           timeout=300)
 
 
+def retried(fn, timeout=30.0):
+    """``fn()``, called again while the cluster answers UNAVAILABLE (nothing applied: a resumed
+    or restarted replica is still catching up), as a client does."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except ServiceUnavailableError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+
+
 def wait_until(cond, timeout=30.0):
     t0 = time.monotonic()
     while not cond():
@@ -253,6 +266,40 @@ def test_pool_reads_fall_back_to_in_sync_replicas_and_caches_p95():
                                                          / 1000)
     finally:
         pool.close()
+
+
+def test_a_pool_call_to_a_failing_shard_is_sent_once():
+    """The defect: the pool's shard clients kept gRPC's retry policy, so a search of a part
+    whose replica had died was sent again for 1.5 s (five attempts) before the part's fail-over
+    to another replica could begin; a search needing that part took 1.5 s to fail, and 9 s
+    through a client that retries too. Seen failing on the code before: the shard answering
+    UNAVAILABLE was asked five times. Now the pool's callers fail over and retry themselves."""
+    from concurrent import futures
+
+    import grpc
+
+    from simsearch.pyramid.shards import ShardPool
+
+    calls = []
+
+    def search(request, context):
+        calls.append(1)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "shard going away (test)")
+
+    handler = grpc.method_handlers_generic_handler("simsearch.v1.SimSearch", {
+        "Search": grpc.unary_unary_rpc_method_handler(search)})
+    server = grpc.server(futures.ThreadPoolExecutor(2), handlers=[handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    state = FakeState({0: {"id": 0, "address": f"127.0.0.1:{port}"}}, {})
+    pool = ShardPool(state, timeout=10.0, health_interval=60)
+    try:
+        with pytest.raises(ServiceUnavailableError):
+            pool.client(0).search_once("c.p0", np.zeros((1, DIM), np.float32), K)
+        assert len(calls) == 1
+    finally:
+        pool.close()
+        server.stop(None)
 
 
 def test_follower_coordinator_reads_locally_forwards_writes_and_outlives_the_leader(
@@ -463,7 +510,7 @@ def test_a_dropped_collection_never_comes_back(cluster_factory, data):
     new = client.create_collection("docs", DIM, "l2", "pyramid", **PARAMS)
     new.train(base)
     new_ids = np.arange(10_000, 10_500)
-    new.add(base[1000:1500], ids=new_ids)
+    retried(lambda: new.add(base[1000:1500], ids=new_ids))  # shard 0 catching up
     t_end = time.monotonic() + 5
     while time.monotonic() < t_end:
         got = new.search(queries, K, branching=24).ids
@@ -788,7 +835,7 @@ def test_a_cluster_that_fails_to_start_leaves_no_process_behind(tmp_path, monkey
     monkeypatch.setattr(launcher, "cluster_status", failing)
     try:
         with pytest.raises(SimsearchError if error == "coordination" else RuntimeError):
-            launcher.LocalCluster(tmp_path / "cl", 1, 1, timeout=15)
+            launcher.LocalCluster(tmp_path / "cl", 1, 1, timeout=8)
         deadline = time.monotonic() + 10
         while _processes_under(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -4,7 +4,9 @@ follower replaying the leader's write decisions ends with the leader's router)."
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from simsearch.datasets import synthetic_longtail
 from simsearch.index import load
 from simsearch.pyramid import PyramidIndex, routerlog
 from simsearch.pyramid.control.placement import Move, next_move, place
+from simsearch.pyramid.rebalance import Rebalancer
 
 
 def apply_move(cmap, m: Move):
@@ -50,6 +53,42 @@ def test_scale_out_then_drain_keeps_the_replication_factor():
         apply_move(cmap, m)
         assert all(len(set(r)) == 2 for r in cmap.values())
     assert loads(cmap, [0, 1, 2, 3]) == [4, 4, 4, 0]
+
+
+class OneDeadReplica:
+    """A cluster state whose one part has its only replica on draining shard 0, which is down."""
+
+    parts = {"docs.p0": {"replicas": [0], "in_sync": [0]}}
+
+    def shards(self):
+        return [0, 1]
+
+    def draining(self):
+        return {0}
+
+    def retired(self):
+        return set()
+
+    def all_parts(self):
+        return {p: e["replicas"] for p, e in self.parts.items()}
+
+    def part_entry(self, name):
+        return self.parts[name]
+
+
+def test_a_move_that_cannot_be_made_waits_for_the_next_pass():
+    """The defect: a move with no in-sync replica up to copy from woke the rebalancer at once,
+    so the leader looped on it (a coordinator's log showed "cannot move docs.p0: no in-sync
+    replica is up" 28 times in one millisecond after the part's only shard was killed). Seen
+    failing on the code before: the wake event was set."""
+    pool = SimpleNamespace(up={0: False, 1: True}, stale_replicas=set,
+                           parts={"docs.p0": SimpleNamespace(write_lock=threading.Lock())})
+    wake = threading.Event()
+    r = Rebalancer(OneDeadReplica(), pool, fence=list, term=lambda: 1, names=lambda: ["docs"],
+                   get=lambda name: SimpleNamespace(current=lambda: None), replace_after=60.0,
+                   wake=wake)
+    r.step()
+    assert not wake.is_set()
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])

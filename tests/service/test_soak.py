@@ -31,16 +31,17 @@ def test_short_soak_loses_nothing(tmp_path):
 
 
 def test_memory_is_flat_across_snapshots_under_search_load(server_factory):
-    """An HNSW collection churned under search load and snapshotted every few MB: the server's
+    """An HNSW collection churned under search load and snapshotted every MB of log: the server's
     resident memory must not step up with each snapshot (the 10-minute soak saw +10 MiB per
     snapshot until large allocations were fixed to mmap). From the fourth snapshot on the live
-    set is at its cap of 20,000 items, so what grows after it is the snapshots' doing."""
+    set is at its cap of 20,000 items, so what grows after it is the snapshots' doing. Seen
+    failing with the threshold left to glibc: +14 MiB from the fourth snapshot to the tenth."""
     import threading
     import time
 
     import numpy as np
 
-    server = server_factory("--snapshot-wal-bytes", "2000000")
+    server = server_factory("--snapshot-wal-bytes", "1000000")
     col = server.client().create_collection("s", 32, "l2", "hnsw", M=16, ef_construction=64)
     snaps = server.data_dir / "collections" / "s"
 
@@ -65,11 +66,11 @@ def test_memory_is_flat_across_snapshots_under_search_load(server_factory):
     live, nxt, t0 = [np.arange(50)], 50, time.monotonic()
     try:
         while len(seen) < 10 and time.monotonic() - t0 < 120:
-            ids = np.arange(nxt, nxt + 50)
-            nxt += 50
-            col.add(rng.standard_normal((50, 32)).astype(np.float32), ids)
+            ids = np.arange(nxt, nxt + 100)
+            nxt += 100
+            col.add(rng.standard_normal((100, 32)).astype(np.float32), ids)
             live.append(ids)
-            if len(live) > 400:
+            if len(live) > 200:
                 col.remove(live.pop(0))
             newest = max((p.name for p in snaps.glob("snapshot-*.idx")), default=None)
             if newest and newest not in seen:

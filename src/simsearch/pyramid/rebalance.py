@@ -89,8 +89,8 @@ class Rebalancer:
             self.pool.recover(sid)
         move = next_move(cmap, active, draining)
         if move is not None:
-            self._move(move)
-            self._wake.set()  # the next move at once
+            if self._move(move):
+                self._wake.set()  # the next move at once (one that cannot be made waits)
             return
         for s in self.state.draining():  # drained: tell it to stop
             if any(s in r for r in cmap.values()) or s in self.state.retired():
@@ -117,16 +117,16 @@ class Rebalancer:
                     moved = False
         return moved
 
-    def _move(self, move) -> None:
+    def _move(self, move) -> bool:
         """Copy a current part replica to its new shard under the part's write lock (writes
         to that part wait; searches go on), switch the map (reads and writes go to the new
-        copy), then drop the old copy."""
+        copy), then drop the old copy. False if it cannot be made yet."""
         name = move.part.rsplit(".p", 1)[0]
         self.get(name).current()  # the part objects exist once the router is loaded
         part = self.pool.parts.get(move.part)
         if part is None:
             log.warning("cannot move %s: its collection is not trained", move.part)
-            return
+            return False
         t0 = time.monotonic()
         with part.write_lock:
             e = self.state.part_entry(move.part)
@@ -134,12 +134,12 @@ class Rebalancer:
             sources.sort(key=lambda s: s != move.source)
             if not sources:
                 log.warning("cannot move %s: no in-sync replica is up", move.part)
-                return
+                return False
             term = self.term()
             if part.bring_up_to_date(sources[0], term) != part.committed():
                 log.warning("cannot move %s yet: shard %d has not applied every write",
                             move.part, sources[0])
-                return
+                return False
             config, data = self.pool.client(sources[0]).export_collection(move.part)
             config["fence_term"] = term
             self.pool.client(move.target).import_collection(move.part, config, data)
@@ -160,3 +160,4 @@ class Rebalancer:
             self.pool.client(move.source).drop_collection(move.part)
         log.warning("moved %s from shard %d to shard %d (%d bytes, %.2f s)", move.part,
                     move.source, move.target, len(data), time.monotonic() - t0)
+        return True

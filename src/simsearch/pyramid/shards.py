@@ -61,8 +61,10 @@ class ShardPool:
                  next_attempt: Callable[[], int] | None = None, timeout: float = 30.0,
                  health_interval: float = 0.2, hedge_fraction: float = 0.1,
                  token: str | None = None, tls_ca: str | None = None):
-        # shards behind auth / TLS
-        self._connect = partial(connect_shard, token=token, tls_ca=tls_ca)
+        # shards behind auth / TLS. No gRPC-level retries: a call to a dead shard would be sent
+        # again for 1.5 s before its replica's fail-over could begin; the pool's callers fail
+        # over, hedge and retry themselves
+        self._connect = partial(connect_shard, token=token, tls_ca=tls_ca, retries=False)
         self.state = state
         self.is_leader = is_leader
         self.fence = fence
