@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # every install pinned by constraints.txt (also inside pip's isolated build environment)
 PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
-TEST_EXTRAS ?= dev,bench,service,strings,cluster,langchain,llamaindex
+TEST_EXTRAS ?= dev,bench,service,strings,text,cluster,langchain,llamaindex
 
 .PHONY: demo test lint docs bench-smoke clean constraints
 

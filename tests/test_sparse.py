@@ -271,6 +271,55 @@ def test_bm25_equals_bm25s_and_stays_exact_through_adds_and_removes():
     np.testing.assert_array_equal(back.search(q, 10).ids, idx.search(q, 10).ids)
 
 
+def test_bm25_vectors_score_as_the_index_does():
+    """encode_documents(x) . encode_queries(q) is the BM25 score the index answers (any inner
+    product index can then hold BM25), rows with no token and a slice included."""
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 60, rng.integers(1, 25)).tolist() for _ in range(300)]
+    x = count_tokens(docs, 60)
+    idx = ss.create_index("bm25", 60, "ip", k1=1.2, b=0.6)
+    idx.add(x)
+    q = count_tokens([[1, 2, 2], [7], [3, 40, 41, 42]], 60)
+    got = idx.search(q, 10)
+    scores = (idx.encode_queries(q).to_scipy() @ idx.encode_documents(x).to_scipy().T).toarray()
+    for r in range(3):
+        held = got.ids[r] >= 0
+        np.testing.assert_allclose(got.scores[r][held], scores[r, got.ids[r][held]], rtol=1e-5)
+    some = idx.encode_documents(x[5:9])
+    np.testing.assert_allclose(some.to_scipy().toarray(),
+                               idx.encode_documents(x).to_scipy()[5:9].toarray(), rtol=1e-6)
+    empty = idx.encode_documents(sparse_batch([([], [])], 60, allow_empty_rows=True))
+    assert len(empty) == 1 and empty.nnz == 0
+
+
+def test_a_dictd_dictionary_becomes_passages():
+    """dict-gcide's format: an index of (headword, base64 offset, base64 length) into the text;
+    headwords sharing an entry give it once; markup out, short paragraphs dropped."""
+    from simsearch.datasets import dictd_entries, gcide_passages
+
+    text = ('Weir \\Weir\\, n. [AS. wer.]\n   A dam in a river to stop and raise the water.'
+            '\n   [1913 Webster]\n\n   {Weir table}, a table of the flow of water.\n')
+    data = b"00-database-info header" + text.encode()
+    off = len(b"00-database-info header")
+
+    def b64(v):
+        digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+        out = ""
+        while True:
+            out, v = digits[v % 64] + out, v // 64
+            if not v:
+                return out
+
+    index = "\n".join([f"00-database-info\tA\t{b64(off)}",
+                       f"Weir\t{b64(off)}\t{b64(len(text.encode()))}",
+                       f"Wier\t{b64(off)}\t{b64(len(text.encode()))}"])
+    entries = dictd_entries(index, data)
+    assert [h for h, _ in entries] == ["Weir"]
+    assert gcide_passages(entries) == [
+        ("Weir", "Weir , n. [AS. wer.] A dam in a river to stop and raise the water."),
+        ("Weir", "Weir table, a table of the flow of water.")]
+
+
 # -- Seismic ----------------------------------------------------------------------------------
 
 

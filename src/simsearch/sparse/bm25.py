@@ -82,12 +82,32 @@ class BM25Index(SparseStore):
         df = self._df[np.asarray(terms, np.int64)].astype(np.float64)
         return np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
 
-    def _scan(self, q: SparseBatch, k: int, ok: np.ndarray) -> SearchResult:
-        n = len(self)
+    def avgdl(self) -> float:
+        """The mean length (token count) of the items held."""
         # summed over the held rows in position order each time: the same value however the
         # index came to hold them (a running total would differ in its last bits after a load)
-        avgdl = float(self._rowsum[self._alive].sum(dtype=np.float64)) / max(n, 1) or 1.0
-        weighted = SparseBatch(q.indptr, q.indices,
-                               (q.values * self.idf(q.indices)).astype(np.float32), q.dim)
-        return self._exact(weighted, k, ok, self._rowsum,
-                           (np.float32(self.k1), np.float32(self.b), np.float32(avgdl)))
+        return float(self._rowsum[self._alive].sum(dtype=np.float64)) / max(len(self), 1) \
+            or 1.0
+
+    def encode_documents(self, x: Any) -> SparseBatch:
+        """Rows of token counts as BM25 document vectors, tf / (tf + k1 * (1 - b + b * |d| /
+        avgdl)) by the statistics held now: their inner product with ``encode_queries`` is the
+        BM25 score, for any inner-product index (e.g. SeismicIndex over BM25)."""
+        x = sparse_batch(x, self.dim, "token counts", nonnegative=True, allow_empty_rows=True)
+        total = np.concatenate([[0.0], np.cumsum(x.values, dtype=np.float64)])
+        start = x.indptr - x.indptr[0]
+        dl = np.repeat(total[start[1:]] - total[start[:-1]], np.diff(x.indptr)).astype(
+            np.float32)
+        norm = self.k1 * (1 - self.b + self.b * dl / np.float32(self.avgdl()))
+        return SparseBatch(x.indptr, x.indices, (x.values / (x.values + norm)).astype(
+            np.float32), x.dim)
+
+    def encode_queries(self, q: Any) -> SparseBatch:
+        """Rows of token counts as BM25 query vectors: each count times its token's idf."""
+        q = sparse_batch(q, self.dim, "token counts", nonnegative=True, allow_empty_rows=True)
+        return SparseBatch(q.indptr, q.indices,
+                           (q.values * self.idf(q.indices)).astype(np.float32), q.dim)
+
+    def _scan(self, q: SparseBatch, k: int, ok: np.ndarray) -> SearchResult:
+        return self._exact(self.encode_queries(q), k, ok, self._rowsum,
+                           (np.float32(self.k1), np.float32(self.b), np.float32(self.avgdl())))
