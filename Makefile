@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip
 TEST_EXTRAS ?= dev,bench,service,strings,text,cluster,langchain,llamaindex
 
-.PHONY: demo test lint docs bench-smoke clean constraints
+.PHONY: demo test test-deps lint docs bench-smoke clean constraints
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -20,12 +20,15 @@ demo: $(PY)
 # (tests/conftest.py, LONG_FIRST); TEST_WORKERS=0 runs it in this process alone
 TEST_WORKERS ?= auto
 
-# the static checks are make lint's (CI runs both)
-test: $(PY)
+# what make test and make lint need
+test-deps: $(PY)
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
+
+# the static checks are make lint's (CI runs both)
+test: test-deps
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-lint: $(PY)
+lint: test-deps
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy tests/static

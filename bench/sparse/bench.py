@@ -109,9 +109,10 @@ class PySeismic:
     @staticmethod
     def ids(results) -> np.ndarray:
         out = np.full((len(results), K), -1, np.int64)
-        for i, r in enumerate(results):
-            got = [int(d) for _, _, d in r][:K]
-            out[i, : len(got)] = got
+        for r in results:  # by each answer's query id: the lists need not come in query order
+            if r:
+                got = [int(d) for _, _, d in r][:K]
+                out[int(r[0][0]), : len(got)] = got
         return out
 
     def nbytes(self) -> int:
@@ -181,7 +182,7 @@ def bm25_side_by_side(ds, res: dict, k1: float = 1.5, b: float = 0.75) -> None:
                                show_progress=False)
     dim = len(tokenizer.get_vocab_dict())
     peer = bm25s.BM25(k1=k1, b=b, method="lucene")
-    peer.index(d_tok, show_progress=False)
+    peer.index((d_tok, tokenizer.get_vocab_dict()), show_progress=False)
     ours = BM25Index(dim, k1=k1, b=b)
     ours.add(count_tokens(d_tok, dim))
     q = count_tokens(q_tok, dim)

@@ -195,8 +195,9 @@ def seismic_search(qp, qi, qv, query_cut, heap_factor, term_blocks, block_docs_p
                    block_docs, sum_ptr, sum_terms, sum_codes, sum_scale, n_main, fp, fi, fv,
                    pos_ids, ok, k, dim):
     """Seismic's query: the query's ``query_cut`` heaviest terms, heaviest first; each of their
-    blocks whose summary bound (its inner product with the whole query) reaches the k-th best
-    score so far times ``heap_factor`` has its documents scored exactly from the forward rows;
+    blocks whose summary bound (its inner product with the whole query) reaches ``heap_factor``
+    times the k-th best score so far has its documents scored exactly from the forward rows (the
+    authors' convention: below 1 opens more blocks);
     positions from ``n_main`` on (the tail not yet in the blocks) are scored exactly, all of
     them. Returns (ids, scores), -1 / -inf padded."""
     nq = qp.size - 1
@@ -220,7 +221,7 @@ def seismic_search(qp, qi, qv, query_cut, heap_factor, term_blocks, block_docs_p
                 for e in range(sum_ptr[blk], sum_ptr[blk + 1]):
                     bound += qd[sum_terms[e]] * np.float32(sum_codes[e])
                 bound *= sum_scale[blk]
-                if size == k and bound * heap_factor < hs[0]:
+                if size == k and bound < heap_factor * hs[0]:
                     continue
                 for e in range(block_docs_ptr[blk], block_docs_ptr[blk + 1]):
                     d = block_docs[e]

@@ -5,8 +5,8 @@ over Learned Sparse Representations" (SIGIR 2024).
 Per term, its posting list pruned to the ``n_postings`` largest weights, clustered into blocks
 of similar documents, each block summarised by the coordinate-wise maximum of its documents
 (pruned to ``summary_energy`` of its mass, 8-bit codes). A query visits its ``query_cut``
-heaviest terms' blocks whose summary bound reaches the k-th best score so far (times
-``heap_factor``) and scores their documents exactly from the forward rows.
+heaviest terms' blocks whose summary bound reaches ``heap_factor`` times the k-th best score
+so far (the authors' convention) and scores their documents exactly from the forward rows.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class SeismicIndex(SparseStore):
     per list as a share of its kept entries, the paper's β / λ, default 0.1), ``summary_energy``
     (the paper's α: the share of a block's mass its summary keeps, default 0.4), ``seed``.
     Search parameters: ``query_cut`` (the query's heaviest terms visited, default 10),
-    ``heap_factor`` (a block is visited when its bound times this reaches the k-th best score,
-    default 0.9: lower visits fewer).
+    ``heap_factor`` (a block is visited when its bound reaches this times the k-th best score,
+    as in the authors' pyseismic-lsr; default 0.9: lower visits more).
 
     Items added after the last build are scored exactly, every one, until they reach an eighth
     of the built ones (or 4,096), when the blocks are built again; removed items are skipped and
