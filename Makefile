@@ -20,10 +20,9 @@ demo: $(PY)
 # (tests/conftest.py, LONG_FIRST); TEST_WORKERS=0 runs it in this process alone
 TEST_WORKERS ?= auto
 
-# what make test and make lint need; --no-compile: Python compiles what the suite imports when
-# it imports it, not all of site-packages at install (28 s of a fresh install here)
+# what make test and make lint need
 test-deps: $(PY)
-	$(PIP) install -q --no-compile -e ".[$(TEST_EXTRAS)]"
+	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
 
 # the static checks are make lint's (CI runs both)
 test: test-deps
