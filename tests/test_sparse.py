@@ -290,6 +290,12 @@ def test_bm25_vectors_score_as_the_index_does():
                                idx.encode_documents(x).to_scipy()[5:9].toarray(), rtol=1e-6)
     empty = idx.encode_documents(sparse_batch([([], [])], 60, allow_empty_rows=True))
     assert len(empty) == 1 and empty.nnz == 0
+    for bad in ([([70], [1.0])], [([1], [np.nan])], [([2], [-1.0])]):  # past dim, NaN, negative
+        with pytest.raises(InvalidParameterError):
+            idx.encode_documents(bad)
+        with pytest.raises(InvalidParameterError):
+            idx.encode_queries(bad)
+    assert len(idx) == 300  # encoding changes nothing held
 
 
 def test_a_dictd_dictionary_becomes_passages():

@@ -411,6 +411,12 @@ def synthetic_longtail(
 # -- datasets ----------------------------------------------------------------------------------
 
 
+def _key(name: str, params: dict) -> str:
+    """A dataset's cache key: its name and a hash of the parameters it was loaded with."""
+    blob = json.dumps([name, params], sort_keys=True).encode()
+    return f"{name}-{hashlib.sha1(blob).hexdigest()[:10]}"
+
+
 @dataclass
 class Dataset:
     """Base vectors, query vectors, and cached exact ground truth per metric."""
@@ -422,8 +428,7 @@ class Dataset:
 
     @property
     def key(self) -> str:
-        blob = json.dumps([self.name, self.params], sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha1(blob).hexdigest()[:10]}"
+        return _key(self.name, self.params)
 
     def ground_truth(self, metric: str, k: int = 100) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k (ids int64 (nq, k), scores float32 (nq, k)); computed once, then cached."""
@@ -526,8 +531,7 @@ class StringDataset:
 
     @property
     def key(self) -> str:
-        blob = json.dumps([self.name, self.params], sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha1(blob).hexdigest()[:10]}"
+        return _key(self.name, self.params)
 
     def ground_truth(self, k: int = 100, block: int = 64) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k by Levenshtein distance (ids int64 (nq, k), distances int32 (nq, k)),
@@ -600,8 +604,7 @@ class TextDataset:
 
     @property
     def key(self) -> str:
-        blob = json.dumps([self.name, self.params], sort_keys=True).encode()
-        return f"{self.name}-{hashlib.sha1(blob).hexdigest()[:10]}"
+        return _key(self.name, self.params)
 
 
 def load_texts(name: str = "gcide", n_queries: int = 1000, n_base: int | None = None,

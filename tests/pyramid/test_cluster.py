@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("grpc")
 
 import simsearch as ss  # noqa: E402
+from faultload import retried  # noqa: E402
 from simsearch.datasets import synthetic_longtail  # noqa: E402
 from simsearch.eval import thread_limit  # noqa: E402
 from simsearch.pyramid import PyramidIndex  # noqa: E402
@@ -56,19 +57,6 @@ def cluster_cli(cl, *args):
     return subprocess.run([sys.executable, "-m", "simsearch.cli", "cluster", *args,
                            "--data-dir", str(cl.dir)], capture_output=True, text=True,
                           timeout=300)
-
-
-def retried(fn, timeout=30.0):
-    """``fn()``, called again while the cluster answers UNAVAILABLE (nothing applied: a resumed
-    or restarted replica is still catching up), as a client does."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except ServiceUnavailableError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.2)
 
 
 def wait_until(cond, timeout=30.0):
@@ -510,7 +498,8 @@ def test_a_dropped_collection_never_comes_back(cluster_factory, data):
     new = client.create_collection("docs", DIM, "l2", "pyramid", **PARAMS)
     new.train(base)
     new_ids = np.arange(10_000, 10_500)
-    retried(lambda: new.add(base[1000:1500], ids=new_ids))  # shard 0 catching up
+    # UNAVAILABLE (nothing applied) while shard 0 catches up: retried, as a client does
+    retried(lambda: new.add(base[1000:1500], ids=new_ids), ServiceUnavailableError)
     t_end = time.monotonic() + 5
     while time.monotonic() < t_end:
         got = new.search(queries, K, branching=24).ids

@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("etcd3")
 
-from netns import wait_for  # noqa: E402  (tests/ is on the path: tests/conftest.py)
+from faultload import retried  # noqa: E402  (tests/support is on the path: tests/conftest.py)
+from netns import wait_for  # noqa: E402
 from simsearch.pyramid.control.election import Election  # noqa: E402
 from simsearch.pyramid.control.errors import CoordinationError, NotLeaderError  # noqa: E402
 from simsearch.pyramid.control.etcd import (  # noqa: E402
@@ -25,14 +26,7 @@ from simsearch.pyramid.control.etcd_server import LocalEtcd, etcd_binary  # noqa
 
 def retry(fn, timeout=15.0):
     """Call ``fn`` until it stops raising CoordinationError (transient by contract)."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except CoordinationError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.1)
+    return retried(fn, CoordinationError, timeout, pause=0.1)
 
 
 @pytest.fixture(scope="module")

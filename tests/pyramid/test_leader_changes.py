@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("grpc")
 
 import simsearch as ss  # noqa: E402
+from faultload import retried  # noqa: E402
 from simsearch.pyramid.control.etcd import Etcd  # noqa: E402
 from simsearch.pyramid.coordinator import Coordinator  # noqa: E402
 from simsearch.pyramid.launcher import LocalCluster  # noqa: E402
@@ -33,14 +34,7 @@ PARAMS = dict(n_centers=8, n_partitions=2, sub_index="flat")
 
 def _until(fn, timeout: float):
     """fn() until it returns without raising, for up to ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except Exception:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.2)
+    return retried(fn, Exception, timeout)
 
 
 def test_a_new_leader_reads_the_log_to_its_tail_before_its_first_write(tmp_path, monkeypatch):

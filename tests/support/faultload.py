@@ -111,6 +111,20 @@ class MultiAddress:
         self._clients.clear()
 
 
+def retried(fn, errors: type[BaseException] | tuple = Exception, timeout: float = 30.0,
+            pause: float = 0.2):
+    """``fn()``, called again while it raises ``errors`` (transient by contract), for up to
+    ``timeout`` seconds; then the last error."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except errors:
+            if time.monotonic() > end:
+                raise
+            time.sleep(pause)
+
+
 def retryable(exc: Exception) -> bool:
     from simsearch.service.errors import DeadlineExceededError, ServiceUnavailableError
 

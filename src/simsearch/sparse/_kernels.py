@@ -57,7 +57,6 @@ def inverted_scan(qp, qi, qv, post_ptr, post_pos, post_val, n_main, fp, fi, fv, 
     item lengths ``dl`` and ``bm25 = (k1, b, avgdl)``, the query's values carrying the idf.
     Returns (ids, scores), -1 / -inf padded."""
     nq = qp.size - 1
-    n = pos_ids.size
     out_i = np.full((nq, k), -1, np.int64)
     out_s = np.full((nq, k), -np.inf, np.float32)
     acc = np.zeros(n_main, np.float32)
@@ -85,17 +84,31 @@ def inverted_scan(qp, qi, qv, post_ptr, post_pos, post_val, n_main, fp, fi, fv, 
                 size = _heap.push(hs, hi, size, acc[d], pos_ids[d])
             acc[d] = 0.0
             seen[d] = False
-        for d in range(n_main, n):
-            if ok[d]:
-                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]],
-                                    d, dl, bm25)
-                if hit:
-                    size = _heap.push(hs, hi, size, s, pos_ids[d])
-        _heap.sort_best_first(hs, hi, size)
-        for c in range(size):
-            out_i[q, c] = hi[c]
-            out_s[q, c] = hs[c]
+        size = push_tail(hs, hi, size, qi[a:b], qv[a:b], n_main, fp, fi, fv, pos_ids, ok, dl,
+                         bm25)
+        write_best(hs, hi, size, out_i, out_s, q)
     return out_i, out_s
+
+
+@njit(cache=True, inline="always")
+def push_tail(hs, hi, size, qi, qv, n_main, fp, fi, fv, pos_ids, ok, dl, bm25):
+    """Score the tail (positions from ``n_main`` on: added since the lists were built) row by
+    row against the query's sorted terms ``qi`` / ``qv`` into the heap; returns its size."""
+    for d in range(n_main, pos_ids.size):
+        if ok[d]:
+            s, hit = sorted_dot(qi, qv, fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]], d, dl, bm25)
+            if hit:
+                size = _heap.push(hs, hi, size, s, pos_ids[d])
+    return size
+
+
+@njit(cache=True, inline="always")
+def write_best(hs, hi, size, out_i, out_s, q):
+    """Query ``q``'s row of the answers: the heap's items, best first."""
+    _heap.sort_best_first(hs, hi, size)
+    for c in range(size):
+        out_i[q, c] = hi[c]
+        out_s[q, c] = hs[c]
 
 
 # -- Seismic (Bruch, Nardini, Rulli, Venturini, SIGIR 2024) ------------------------------------
@@ -234,20 +247,13 @@ def seismic_search(qp, qi, qv, query_cut, heap_factor, term_blocks, block_docs_p
                         size = _heap.push(hs, hi, size,
                                           row_dot_dense(qd, fi, fv, fp[d], fp[d + 1]),
                                           pos_ids[d])
-        for d in range(n_main, pos_ids.size):
-            if ok[d]:
-                s, hit = sorted_dot(qi[a:b], qv[a:b], fi[fp[d]:fp[d + 1]], fv[fp[d]:fp[d + 1]],
-                                    d, NO_LENGTHS, NO_BM25)
-                if hit:
-                    size = _heap.push(hs, hi, size, s, pos_ids[d])
+        size = push_tail(hs, hi, size, qi[a:b], qv[a:b], n_main, fp, fi, fv, pos_ids, ok,
+                         NO_LENGTHS, NO_BM25)
         for c in range(nt):
             seen[touched[c]] = False
         for j in range(a, b):
             qd[qi[j]] = 0.0
-        _heap.sort_best_first(hs, hi, size)
-        for c in range(size):
-            out_i[q, c] = hi[c]
-            out_s[q, c] = hs[c]
+        write_best(hs, hi, size, out_i, out_s, q)
     return out_i, out_s
 
 
