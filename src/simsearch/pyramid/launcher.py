@@ -25,6 +25,7 @@ from .batching import MAX_IN_FLIGHT as SEARCH_BATCHES
 from .control.errors import CoordinationError
 from .control.etcd import Etcd, tls_from_args
 from .control.etcd_server import DEFAULT_QUOTA_BYTES, LocalEtcd, embedded_is_safe, tls_argv
+from .control.state import shard_id
 from .status import cluster_status
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,17 @@ def _atomic_json(path: Path, obj) -> None:
     atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1).encode()))
 
 
-def _spawn(cmd: list[str], ready: Path, log_path: Path, timeout: float = 120.0):
+def _spawn(cmd: list[str], ready: Path, log_path: Path) -> subprocess.Popen:
     ready.unlink(missing_ok=True)
     with open(log_path, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+        return subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+
+
+def _await_ready(proc: subprocess.Popen, ready: Path, log_path: Path,
+                 timeout: float = 120.0) -> dict:
     t0 = time.monotonic()
-    what = " ".join(cmd[3:5])
+    what = " ".join(proc.args[3:5])
     while not ready.exists():
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}; see {log_path}")
@@ -50,14 +55,15 @@ def _spawn(cmd: list[str], ready: Path, log_path: Path, timeout: float = 120.0):
             proc.kill()
             raise RuntimeError(f"{what} did not become ready; see {log_path}")
         time.sleep(0.05)
-    return proc, json.loads(ready.read_text())
+    return json.loads(ready.read_text())
 
 
 class _Supervisor:
     """The processes of ``cluster up``: start, restart, add a shard, write ``up.json``."""
 
-    def __init__(self, args: argparse.Namespace, d: Path, etcd_url: str, etcd_pid: int | None):
-        self.args, self.d = args, d
+    def __init__(self, args: argparse.Namespace, d: Path, etcd: Etcd, etcd_url: str,
+                 etcd_pid: int | None):
+        self.args, self.d, self.etcd = args, d, etcd
         self.etcd_url, self.etcd_pid = etcd_url, etcd_pid
         self.procs: dict[str, subprocess.Popen] = {}
         self.info: dict[str, dict] = {}
@@ -99,15 +105,24 @@ class _Supervisor:
                   if getattr(self.args, "tokens_file", None) else []),
                 *(["--metrics-port", "0"] if self.args.metrics else [])]
 
-    def start(self, role: str) -> None:
-        proc, ready = _spawn(self.cmd(role), self.d / f"{role}.ready", self.d / f"{role}.log")
+    def start(self, *roles: str) -> None:
+        """Start ``roles`` together and wait until each serves. A new shard's id is allocated
+        here first, in role order, so ``shard-i`` is shard ``i`` of a new cluster."""
+        for role in roles:
+            if role.startswith("shard-") and self.info.get(role, {}).get("id") is None:
+                shard_id(self.etcd, self.d / role)
+        started = {role: _spawn(self.cmd(role), self.d / f"{role}.ready",
+                                self.d / f"{role}.log") for role in roles}
         with self.lock:
-            self.procs[role] = proc
-            self.info[role] = {"pid": proc.pid, "port": ready["port"],
-                               "address": ready["address"],
-                               **{k: ready[k] for k in ("id", "metrics_port")
-                                  if ready.get(k) is not None}}
-        self.write()
+            self.procs.update(started)
+        for role, proc in started.items():
+            ready = _await_ready(proc, self.d / f"{role}.ready", self.d / f"{role}.log")
+            with self.lock:
+                self.info[role] = {"pid": proc.pid, "port": ready["port"],
+                                   "address": ready["address"],
+                                   **{k: ready[k] for k in ("id", "metrics_port")
+                                      if ready.get(k) is not None}}
+            self.write()
 
     def next_shard(self) -> str:
         n = sum(r.startswith("shard-") for r in self.info)
@@ -169,7 +184,7 @@ def run_up(args: argparse.Namespace) -> int:
                                or DEFAULT_QUOTA_BYTES).start()
         url = local_etcd.url
     etcd = Etcd(url, f"simsearch/{args.cluster}", tls=tls_from_args(args))
-    sup = _Supervisor(args, d, url, local_etcd.pid if local_etcd else None)
+    sup = _Supervisor(args, d, etcd, url, local_etcd.pid if local_etcd else None)
     try:
         cfg = etcd.get("config")[0]
         if cfg and json.loads(cfg)["replicas"] != args.replicas:
@@ -182,15 +197,16 @@ def run_up(args: argparse.Namespace) -> int:
                     for r, i in old.get("processes", {}).items()}
         retired = {int(k.split("/")[1]) for k in etcd.get_prefix("retired/")}
         n_old = sum(r.startswith("shard-") for r in sup.info)
+        shards = []
         for i in range(max(args.shards, n_old)):
             role = f"shard-{i}"
             if (d / role / "shard_id").exists() and \
                     int((d / role / "shard_id").read_text()) in retired:
                 sup.info.pop(role, None)
                 continue
-            sup.start(role)
-        for i in range(args.coordinators):
-            sup.start(f"coord-{i}")
+            shards.append(role)
+        sup.start(*shards)
+        sup.start(*(f"coord-{i}" for i in range(args.coordinators)))
         print(f"simsearch cluster {args.cluster!r}: etcd {url}; shards "
               f"{', '.join(i['address'] for r, i in sup.info.items() if r.startswith('shard'))}; "
               f"coordinators "

@@ -11,29 +11,12 @@ import os
 import threading
 from pathlib import Path
 
-from .._durable import atomic_write
 from ..service.server import run_serve
-from .control.etcd import Compare, Etcd, tls_from_args
+from .control.etcd import Etcd, tls_from_args
+from .control.state import shard_id
 from .coordinator import Coordinator
 
 log = logging.getLogger(__name__)
-
-
-def shard_id(etcd: Etcd, data_dir: Path, reuse: int | None = None) -> int:
-    """This data directory's shard id: allocated once from etcd's counter, then kept on disk.
-    ``reuse``: the id of a shard whose disk was lost (its replicas are re-copied onto it)."""
-    path = data_dir / "shard_id"
-    if path.exists():
-        return int(path.read_text())
-    sid = reuse
-    while sid is None:
-        value, rev = etcd.get("next_shard_id")
-        n = int(value) if value else 0
-        if etcd.cas([Compare.mod("next_shard_id", rev)], {"next_shard_id": str(n + 1)}):
-            sid = n
-    data_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda f: f.write(str(sid).encode()))
-    return sid
 
 
 def run_shard(args) -> int:

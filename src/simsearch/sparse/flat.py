@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._grow import Grow
 from ..capabilities import Capabilities
@@ -130,10 +129,7 @@ class SparseStore(Index):
     def _build_lists(self, n_main: int) -> None:
         """Posting lists (CSC: the positions holding each term, with their weights) of the
         first ``n_main`` positions; later positions form the tail, scanned row by row."""
-        m = sp.csr_matrix((self._fv[: self._fp[n_main]], self._fi[: self._fp[n_main]],
-                           self._fp[: n_main + 1]), shape=(n_main, self.dim)).tocsc()
-        self._post = (m.indptr.astype(np.int64), m.indices.astype(np.int64),
-                      m.data.astype(np.float32))
+        self._post = SparseBatch(self._fp[: n_main + 1], self._fi, self._fv, self.dim).columns()
         self._n_main = n_main
 
     # -- search -----------------------------------------------------------------------------

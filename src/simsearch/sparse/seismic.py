@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
@@ -65,8 +64,7 @@ class SeismicIndex(SparseStore):
     def _build_lists(self, n_main: int) -> None:
         """The blocks and summaries of the first ``n_main`` positions."""
         p = self._params
-        m = sp.csr_matrix((self._fv[: self._fp[n_main]], self._fi[: self._fp[n_main]],
-                           self._fp[: n_main + 1]), shape=(n_main, self.dim)).tocsc()
+        post = SparseBatch(self._fp[: n_main + 1], self._fi, self._fv, self.dim).columns()
         fp, fi, fv = self._fp, self._fi, self._fv
         scratch = np.zeros(self.dim, np.float32)
         mark = np.zeros(self.dim, bool)
@@ -74,12 +72,12 @@ class SeismicIndex(SparseStore):
         tb = np.zeros(self.dim + 1, np.int64)  # each term's first block
         docs_parts, dstarts, sparts_t, sparts_c, scales, sstarts = [], [], [], [], [], []
         n_blocks = n_docs = n_sum = 0
-        for t in np.flatnonzero(np.diff(m.indptr)).tolist():
-            a, b = m.indptr[t], m.indptr[t + 1]
+        for t in np.flatnonzero(np.diff(post[0])).tolist():
+            a, b = post[0][t], post[0][t + 1]
             kept = min(b - a, p["n_postings"])
             nb = max(1, math.ceil(kept * p["centroid_fraction"]))
             order, starts, ss, st, sc, scl = term_blocks(
-                m.indices[a:b].astype(np.int64), m.data[a:b], p["n_postings"], nb, fp, fi, fv,
+                post[1][a:b], post[2][a:b], p["n_postings"], nb, fp, fi, fv,
                 np.float32(p["summary_energy"]), p["seed"] + t, scratch, mark, terms)
             tb[t + 1] = starts.size - 1
             docs_parts.append(order)
@@ -97,8 +95,7 @@ class SeismicIndex(SparseStore):
                         cat(sparts_t, np.uint32), cat(sparts_c, np.uint8),
                         cat(scales, np.float32))
         # the exact scan's posting lists too: a filter that allows few items takes it
-        self._post = (m.indptr.astype(np.int64), m.indices.astype(np.int64),
-                      m.data.astype(np.float32))
+        self._post = post
         self._n_main = n_main
 
     def _scan(self, q: SparseBatch, k: int, ok: np.ndarray, query_cut: int = 10,
