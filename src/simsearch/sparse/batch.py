@@ -10,11 +10,10 @@ canonical), finite weights, and, where the kind says so, no negative weight.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import sys
 
 import numpy as np
 
