@@ -22,17 +22,19 @@ TEST_WORKERS ?= auto
 
 # what make test and make lint need, installed again only when the pins, the package's metadata
 # or its C++ sources change (pip install -e rebuilds the extension every time: 16 s).
-# --no-compile: Python compiles what the suite imports as it imports it, not all 1.9 GB of
-# site-packages at install (40 s of a fresh install's 83 here)
+# --no-compile: Python compiles what the suite imports as it imports it (make test), not all
+# 1.9 GB of site-packages at install (40 s of a fresh install's 83 here)
 DEPS := $(VENV)/.deps-$(TEST_EXTRAS)
 test-deps: $(DEPS)
 $(DEPS): pyproject.toml constraints.txt $(wildcard csrc/*) | $(PY)
 	$(PIP) install -q --no-compile -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
-# the static checks are make lint's (CI runs both)
+# the static checks are make lint's (CI runs both). Bytecode cached even where the environment
+# says not to (PYTHONDONTWRITEBYTECODE, set on this machine and its CI): the suite starts some
+# 300 Python processes, and each compiled every module it imported (0.25 s of each start)
 test: $(DEPS)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(DEPS)
 	$(VENV)/bin/ruff check src tests bench
