@@ -87,6 +87,28 @@ struct FlatArgs {
   float* out_scores;    // (nq, k)
 };
 
+// Seismic's query walk over a sparse index (docs/sparse.md, "Seismic"): the query's
+// ``query_cut`` heaviest terms, heaviest first; each block of their pruned posting lists whose
+// 8-bit summary bound reaches ``heap_factor`` times the k-th score so far has its documents
+// scored exactly from the forward rows (each once); then every position from ``n_main`` on (the
+// tail not yet in blocks). Ties go to the smaller id, as in every kernel.
+struct SeismicArgs {
+  const int64_t* qp; const uint32_t* qi; const float* qv;  // queries (CSR), term ids < dim
+  int64_t query_cut; float heap_factor;
+  const int64_t* term_blocks;     // (dim + 1,): term t owns blocks term_blocks[t]..[t + 1]
+  const int64_t* block_docs_ptr;  // (n_blocks + 1,)
+  const int64_t* block_docs;      // positions, by block
+  const int64_t* sum_ptr;         // (n_blocks + 1,)
+  const uint32_t* sum_terms; const uint8_t* sum_codes; const float* sum_scale;
+  int64_t n_main, n_pos;          // positions in blocks; all positions
+  const int64_t* fp; const uint32_t* fi; const float* fv;  // forward rows (CSR) by position
+  const int64_t* pos_ids;         // (n_pos,)
+  const uint8_t* ok;              // (n_pos,): the position may be answered
+  int64_t k, dim;
+  int64_t* out_ids;               // (nq, k), best first, -1 padding
+  float* out_scores;              // (nq, k), -inf padding
+};
+
 #define SIMSEARCH_DECLARE(NS)                                                                \
   namespace NS {                                                                             \
   void fastscan(const FastScanArgs& a, int64_t q_lo, int64_t q_hi);                          \
@@ -94,6 +116,7 @@ struct FlatArgs {
                     uint8_t* epoch);                                                         \
   void rerank(const RerankArgs& a, int64_t q_lo, int64_t q_hi);                             \
   void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi);                             \
+  void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi);                     \
   /* float tables (nq, md, 16) -> 8-bit tables, scale, bias (fastscan.quantize_luts) */      \
   void quantize_luts(const float* lut, int64_t md, int64_t n_pairs, int64_t q_lo,            \
                      int64_t q_hi, uint8_t* q8, float* scale, float* bias);                  \

@@ -556,6 +556,159 @@ void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi) {
   }
 }
 
+
+// ---- Seismic --------------------------------------------------------------------------------
+
+namespace {
+
+// a top-k heap whose root is the worst kept: a lower score, or the same score and a larger id
+struct TiedTopK {
+  std::vector<float> s;
+  std::vector<int64_t> id;
+  int64_t cap, n = 0;
+  explicit TiedTopK(int64_t cap_) : s(cap_), id(cap_), cap(cap_) {}
+  static bool worse(float s1, int64_t i1, float s2, int64_t i2) {
+    return s1 < s2 || (s1 == s2 && i1 > i2);
+  }
+  void sift_down(int64_t c, int64_t size) {
+    const float v = s[c]; const int64_t i = id[c];
+    for (;;) {
+      int64_t l = 2 * c + 1;
+      if (l >= size) break;
+      if (l + 1 < size && worse(s[l + 1], id[l + 1], s[l], id[l])) ++l;
+      if (!worse(s[l], id[l], v, i)) break;
+      s[c] = s[l]; id[c] = id[l]; c = l;
+    }
+    s[c] = v; id[c] = i;
+  }
+  void push(float v, int64_t i) {
+    if (n < cap) {
+      int64_t c = n++;
+      while (c > 0) {
+        int64_t p = (c - 1) >> 1;
+        if (!worse(v, i, s[p], id[p])) break;
+        s[c] = s[p]; id[c] = id[p]; c = p;
+      }
+      s[c] = v; id[c] = i;
+    } else if (worse(s[0], id[0], v, i)) {
+      s[0] = v; id[0] = i;
+      sift_down(0, n);
+    }
+  }
+  void finish(int64_t* out_id, float* out_s, int64_t k) {
+    for (int64_t end = n - 1; end >= 0; --end) {  // the worst into the last free slot
+      out_s[end] = s[0]; out_id[end] = id[0];
+      s[0] = s[end]; id[0] = id[end];
+      sift_down(0, end);
+    }
+    for (int64_t t = n; t < k; ++t) { out_s[t] = NEG_INF; out_id[t] = -1; }
+    n = 0;
+  }
+};
+
+// sum of qd[idx[e]] * val[e] over [0, m): one row against a dense query
+inline float sparse_dot(const float* qd, const uint32_t* idx, const float* val, int64_t m) {
+  int64_t e = 0;
+  float r = 0.f;
+#if defined(SS_AVX512)
+  __m512 acc = _mm512_setzero_ps();
+  for (; e + 16 <= m; e += 16) {
+    const __m512i t = _mm512_loadu_si512(idx + e);
+    acc = _mm512_fmadd_ps(_mm512_i32gather_ps(t, qd, 4), _mm512_loadu_ps(val + e), acc);
+  }
+  if (e < m) {
+    const __mmask16 mk = static_cast<__mmask16>((1u << (m - e)) - 1u);
+    const __m512i t = _mm512_maskz_loadu_epi32(mk, idx + e);
+    const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, t, qd, 4);
+    acc = _mm512_fmadd_ps(g, _mm512_maskz_loadu_ps(mk, val + e), acc);
+    e = m;
+  }
+  r = _mm512_reduce_add_ps(acc);
+#endif
+  for (; e < m; ++e) r += qd[idx[e]] * val[e];
+  return r;
+}
+
+// a block's summary bound: sum of qd[term] * code, times the block's scale
+inline float summary_dot(const float* qd, const uint32_t* terms, const uint8_t* codes,
+                         int64_t m) {
+  int64_t e = 0;
+  float r = 0.f;
+#if defined(SS_AVX512)
+  __m512 acc = _mm512_setzero_ps();
+  for (; e + 16 <= m; e += 16) {
+    const __m512i t = _mm512_loadu_si512(terms + e);
+    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + e))));
+    acc = _mm512_fmadd_ps(_mm512_i32gather_ps(t, qd, 4), c, acc);
+  }
+  r = _mm512_reduce_add_ps(acc);
+#endif
+  for (; e < m; ++e) r += qd[terms[e]] * static_cast<float>(codes[e]);
+  return r;
+}
+
+inline void prefetch_row(const SeismicArgs& a, int64_t d) {
+  _mm_prefetch(reinterpret_cast<const char*>(a.fi + a.fp[d]), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(a.fv + a.fp[d]), _MM_HINT_T0);
+}
+
+}  // namespace
+
+void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
+  // per thread, reused across calls: zeroed after each query by what it touched
+  thread_local std::vector<float> qd;
+  thread_local std::vector<uint8_t> seen;
+  thread_local std::vector<int64_t> touched;
+  if (static_cast<int64_t>(qd.size()) < a.dim) qd.assign(a.dim, 0.f);
+  if (static_cast<int64_t>(seen.size()) < a.n_pos) seen.assign(a.n_pos, 0);
+  TiedTopK top(a.k);
+  std::vector<int64_t> heavy;
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const int64_t qa = a.qp[q], qb = a.qp[q + 1];
+    for (int64_t j = qa; j < qb; ++j) qd[a.qi[j]] = a.qv[j];
+    heavy.resize(qb - qa);
+    for (int64_t j = 0; j < qb - qa; ++j) heavy[j] = qa + j;
+    const int64_t cut = std::min<int64_t>(a.query_cut, qb - qa);
+    std::partial_sort(heavy.begin(), heavy.begin() + cut, heavy.end(),
+                      [&](int64_t x, int64_t y) {
+                        return a.qv[x] > a.qv[y] || (a.qv[x] == a.qv[y] && x < y);
+                      });
+    touched.clear();
+    for (int64_t h = 0; h < cut; ++h) {
+      const int64_t t = a.qi[heavy[h]];
+      for (int64_t blk = a.term_blocks[t]; blk < a.term_blocks[t + 1]; ++blk) {
+        const int64_t s0 = a.sum_ptr[blk];
+        const float bound = summary_dot(qd.data(), a.sum_terms + s0, a.sum_codes + s0,
+                                        a.sum_ptr[blk + 1] - s0) * a.sum_scale[blk];
+        if (top.n == a.k && bound < a.heap_factor * top.s[0]) continue;
+        const int64_t e0 = a.block_docs_ptr[blk], e1 = a.block_docs_ptr[blk + 1];
+        // the rows are scattered over the forward index: the next one's fetched while this one
+        // is scored
+        if (e0 < e1) prefetch_row(a, a.block_docs[e0]);
+        for (int64_t e = e0; e < e1; ++e) {
+          const int64_t d = a.block_docs[e];
+          if (e + 1 < e1) prefetch_row(a, a.block_docs[e + 1]);
+          if (seen[d]) continue;
+          seen[d] = 1;
+          touched.push_back(d);
+          if (!a.ok[d]) continue;
+          const int64_t r0 = a.fp[d];
+          top.push(sparse_dot(qd.data(), a.fi + r0, a.fv + r0, a.fp[d + 1] - r0), a.pos_ids[d]);
+        }
+      }
+    }
+    for (int64_t d = a.n_main; d < a.n_pos; ++d) {
+      if (!a.ok[d]) continue;
+      const int64_t r0 = a.fp[d];
+      top.push(sparse_dot(qd.data(), a.fi + r0, a.fv + r0, a.fp[d + 1] - r0), a.pos_ids[d]);
+    }
+    for (const int64_t d : touched) seen[d] = 0;
+    for (int64_t j = qa; j < qb; ++j) qd[a.qi[j]] = 0.f;
+    top.finish(a.out_ids + q * a.k, a.out_scores + q * a.k, a.k);
+  }
+}
+
 namespace {
 
 // sum_t qi[t] * c[t]: int8 query, 8-bit codes, exact in int32 (qi padded with zeros to 64)

@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -52,9 +53,11 @@ struct Kernels {
   decltype(&scalar::rerank) rerank;
   decltype(&scalar::quantize_luts) quantize_luts;
   decltype(&scalar::flat_topk) flat_topk;
+  decltype(&scalar::seismic_search) seismic_search;
 };
 #define SIMSEARCH_KERNELS(NS) \
-  Kernels { &NS::fastscan, &NS::graph_search, &NS::rerank, &NS::quantize_luts, &NS::flat_topk }
+  Kernels { &NS::fastscan, &NS::graph_search, &NS::rerank, &NS::quantize_luts, &NS::flat_topk, \
+            &NS::seismic_search }
 const Kernels kKernels[] = {SIMSEARCH_KERNELS(scalar), SIMSEARCH_KERNELS(avx2),
                             SIMSEARCH_KERNELS(avx512)};
 
@@ -303,6 +306,54 @@ nb::tuple flat_topk(In<float> Q, In<float> xb, In<int64_t> ids, nb::object xsq, 
                                                                    own_scores));
 }
 
+
+template <class T>
+const T* vec(const In<T>& x, size_t n, const char* what) {
+  require(x.ndim() == 1 && (n == SIZE_MAX || x.shape(0) == n), what);
+  return x.data();
+}
+
+// Seismic's walk (SeismicArgs); returns fresh (ids (nq, k) int64, scores (nq, k) float32)
+nb::tuple seismic_search(In<int64_t> qp, In<uint32_t> qi, In<float> qv, int64_t query_cut,
+                         float heap_factor, In<int64_t> term_blocks, In<int64_t> block_docs_ptr,
+                         In<int64_t> block_docs, In<int64_t> sum_ptr, In<uint32_t> sum_terms,
+                         In<uint8_t> sum_codes, In<float> sum_scale, int64_t n_main,
+                         In<int64_t> fp, In<uint32_t> fi, In<float> fv, In<int64_t> pos_ids,
+                         In<uint8_t> ok, int64_t k, int64_t dim) {
+  const size_t any = SIZE_MAX;
+  require(qp.ndim() == 1 && qp.shape(0) >= 1, "qp: (nq + 1,) int64");
+  const int64_t nq = qp.shape(0) - 1, n_pos = pos_ids.shape(0);
+  const int64_t n_blocks = block_docs_ptr.shape(0) - 1;
+  require(k >= 1 && dim >= 1 && query_cut >= 1 && 0 <= n_main && n_main <= n_pos,
+          "k, dim, query_cut >= 1 and n_main in [0, n_pos]");
+  SeismicArgs a{vec(qp, any, "qp"), vec(qi, any, "qi"), vec(qv, qi.shape(0), "qv: as qi"),
+                query_cut, heap_factor,
+                vec(term_blocks, dim + 1, "term_blocks: (dim + 1,)"),
+                vec(block_docs_ptr, any, "block_docs_ptr"), vec(block_docs, any, "block_docs"),
+                vec(sum_ptr, n_blocks + 1, "sum_ptr: (n_blocks + 1,)"),
+                vec(sum_terms, any, "sum_terms"),
+                vec(sum_codes, sum_terms.shape(0), "sum_codes: as sum_terms"),
+                vec(sum_scale, n_blocks, "sum_scale: (n_blocks,)"), n_main, n_pos,
+                vec(fp, n_pos + 1, "fp: (n_pos + 1,)"), vec(fi, any, "fi"),
+                vec(fv, any, "fv"), vec(pos_ids, any, "pos_ids"),
+                vec(ok, n_pos, "ok: (n_pos,) uint8"), k, dim, nullptr, nullptr};
+  require(qp.data()[nq] <= static_cast<int64_t>(qi.shape(0)) &&
+              fp.data()[n_pos] <= static_cast<int64_t>(std::min(fi.shape(0), fv.shape(0))),
+          "row offsets past their arrays");
+  int64_t* out_ids = new int64_t[nq * k];
+  float* out_scores = new float[nq * k];
+  nb::capsule own_ids(out_ids, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
+  nb::capsule own_scores(out_scores, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+  a.out_ids = out_ids;
+  a.out_scores = out_scores;
+  const auto run = kernels().seismic_search;
+  parallel_blocks(nq, 1, [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
+  const size_t shape[2] = {static_cast<size_t>(nq), static_cast<size_t>(k)};
+  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(out_ids, 2, shape, own_ids),
+                        nb::ndarray<nb::numpy, float, nb::ndim<2>>(out_scores, 2, shape,
+                                                                   own_scores));
+}
+
 }  // namespace
 
 NB_MODULE(_simd, m) {
@@ -339,6 +390,7 @@ NB_MODULE(_simd, m) {
         nb::arg("k"),
         "The exact top-k of each query over every row (inner product, or with xsq squared "
         "L2), best first, ties to the smaller id: (ids (nq, k) int64, scores (nq, k) float32).");
+  m.def("seismic_search", &seismic_search);
   m.def("rerank", &rerank, nb::arg("cand"), nb::arg("xb"), nb::arg("Q"), nb::arg("out_pos"),
         nb::arg("out_scores"), nb::arg("n_threads"));
 }

@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 
 import simsearch as ss
-
-pytest.importorskip("torch")
-pytest.importorskip("rapidfuzz")
-
-from simsearch import errors  # noqa: E402
-from simsearch.strings import (  # noqa: E402
+from deps import requires
+from simsearch import errors
+from simsearch.strings import (
     Alphabet,
     CGKEncoder,
     CNNEDEncoder,
@@ -23,7 +20,9 @@ from simsearch.strings import (  # noqa: E402
     edit_distance_matrix,
     hamming_search,
 )
-from simsearch.strings import _kernels as K  # noqa: E402
+from simsearch.strings import _kernels as K
+
+pytestmark = requires("torch", "rapidfuzz")
 
 ACGT = "acgt"
 

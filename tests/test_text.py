@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("sentence_transformers")
+import simsearch as ss
+from deps import requires
+from simsearch.errors import InvalidParameterError
+from simsearch.text import SparseEncoder
 
-import simsearch as ss  # noqa: E402
-from simsearch.errors import InvalidParameterError  # noqa: E402
-from simsearch.text import SparseEncoder  # noqa: E402
+pytestmark = requires("sentence_transformers")
 
 PASSAGES = ["A weir is a dam in a river to stop and raise the water.",
             "A cockle is a bivalve mollusk with a ribbed shell.",

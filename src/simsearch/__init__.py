@@ -9,7 +9,7 @@ from .index import MAX_ID, Index, SearchResult, create_index, index_kinds, load,
 from .normscan import NormIVFIndex, NormScanIndex
 from .service.api import ClientAPI, CollectionAPI
 from .service.client import connect  # imports grpc only when called
-from .sparse import SparseBatch, SparseFlatIndex
+from .sparse import SeismicIndex, SparseBatch, SparseFlatIndex
 
 __all__ = [
     "ClientAPI",
@@ -24,6 +24,7 @@ __all__ = [
     "NormScanIndex",
     "SearchResult",
     "SparseBatch",
+    "SeismicIndex",
     "SparseFlatIndex",
     "connect",
     "create_index",

@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
-from simsearch.errors import (  # noqa: E402
+from deps import requires
+from simsearch.errors import (
     InvalidParameterError,
     InvalidVectorError,
     NotTrainedError,
 )
-from simsearch.strings import CNNEDEncoder, StringIndex  # noqa: E402
+from simsearch.strings import CNNEDEncoder, StringIndex
+
+pytestmark = requires("torch")
 
 ACGT = "acgt"
 ENC = dict(alphabet=ACGT, max_len=20, embed_dim=32, seed=1)

@@ -1,6 +1,7 @@
 """numba kernels of the sparse indexes: the exact inverted-index scan (term-at-a-time
 accumulation over posting lists, then a bounded heap; inner products, or BM25 weighed at query
-time), the dot product of two sorted sparse rows, and Seismic's build and walk."""
+time), the dot product of two sorted sparse rows, and Seismic's build (its walk is compiled: csrc/,
+``seismic_search``)."""
 
 from __future__ import annotations
 
@@ -116,7 +117,7 @@ def write_best(hs, hi, size, out_i, out_s, q):
 
 @njit(cache=True)
 def row_dot_dense(qd, fi, fv, a, b):
-    """The inner product of forward row [a, b) with the dense query ``qd``."""
+    """Forward row ``fi[a:b], fv[a:b]`` against the dense vector ``qd``."""
     s = np.float32(0.0)
     for e in range(a, b):
         s += qd[fi[e]] * fv[e]
@@ -201,60 +202,6 @@ def block_summary(block, fp, fi, fv, alpha, scratch, mark, terms):
         scratch[terms[j]] = 0.0
         mark[terms[j]] = False
     return sel.astype(np.uint32), codes, scale
-
-
-@njit(cache=True)
-def seismic_search(qp, qi, qv, query_cut, heap_factor, term_blocks, block_docs_ptr,
-                   block_docs, sum_ptr, sum_terms, sum_codes, sum_scale, n_main, fp, fi, fv,
-                   pos_ids, ok, k, dim):
-    """Seismic's query: the query's ``query_cut`` heaviest terms, heaviest first; each of their
-    blocks whose summary bound (its inner product with the whole query) reaches ``heap_factor``
-    times the k-th best score so far has its documents scored exactly from the forward rows (the
-    authors' convention: below 1 opens more blocks);
-    positions from ``n_main`` on (the tail not yet in the blocks) are scored exactly, all of
-    them. Returns (ids, scores), -1 / -inf padded."""
-    nq = qp.size - 1
-    out_i = np.full((nq, k), -1, np.int64)
-    out_s = np.full((nq, k), -np.inf, np.float32)
-    qd = np.zeros(dim, np.float32)
-    seen = np.zeros(pos_ids.size, np.bool_)
-    touched = np.empty(pos_ids.size, np.int64)
-    hs = np.empty(k, np.float32)
-    hi = np.empty(k, np.int64)
-    for q in range(nq):
-        a, b = qp[q], qp[q + 1]
-        for j in range(a, b):
-            qd[qi[j]] = qv[j]
-        heavy = np.argsort(-qv[a:b])[:query_cut]
-        size, nt = 0, 0
-        for h in heavy:
-            t = qi[a + h]
-            for blk in range(term_blocks[t], term_blocks[t + 1]):
-                bound = np.float32(0.0)
-                for e in range(sum_ptr[blk], sum_ptr[blk + 1]):
-                    bound += qd[sum_terms[e]] * np.float32(sum_codes[e])
-                bound *= sum_scale[blk]
-                if size == k and bound < heap_factor * hs[0]:
-                    continue
-                for e in range(block_docs_ptr[blk], block_docs_ptr[blk + 1]):
-                    d = block_docs[e]
-                    if seen[d]:
-                        continue
-                    seen[d] = True
-                    touched[nt] = d
-                    nt += 1
-                    if ok[d]:
-                        size = _heap.push(hs, hi, size,
-                                          row_dot_dense(qd, fi, fv, fp[d], fp[d + 1]),
-                                          pos_ids[d])
-        size = push_tail(hs, hi, size, qi[a:b], qv[a:b], n_main, fp, fi, fv, pos_ids, ok,
-                         NO_LENGTHS, NO_BM25)
-        for c in range(nt):
-            seen[touched[c]] = False
-        for j in range(a, b):
-            qd[qi[j]] = 0.0
-        write_best(hs, hi, size, out_i, out_s, q)
-    return out_i, out_s
 
 
 @njit(cache=True)

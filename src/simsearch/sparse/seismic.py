@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import _simd
 from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
 from ..index import SearchResult, check_int, register
-from ._kernels import seismic_search, term_blocks
+from ._kernels import term_blocks
 from .batch import SparseBatch
 from .flat import SparseStore
 
@@ -106,10 +107,10 @@ class SeismicIndex(SparseStore):
             raise InvalidParameterError(
                 f"heap_factor must be a number in (0, 10]; got {heap_factor!r}")
         tb, bdp, bd, sp_, st, sc, scl = self._blocks
-        ids, scores = seismic_search(q.indptr, q.indices, q.values, query_cut,
-                                     np.float32(heap_factor), tb, bdp, bd, sp_, st, sc, scl,
-                                     self._n_main, self._fp, self._fi, self._fv, self._pos_ids,
-                                     ok, k, self.dim)
+        ids, scores = _simd.seismic_search(
+            q.indptr, q.indices, q.values, query_cut, heap_factor, tb, bdp, bd,
+            sp_, st, sc, scl, self._n_main, self._fp, self._fi, self._fv, self._pos_ids,
+            ok.view(np.uint8), k, self.dim)
         return SearchResult(ids, scores)
 
     def _scan_filtered(self, q: SparseBatch, k: int, ok: np.ndarray,
