@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _simd
+from .._simd import seismic_search
 from ..capabilities import Capabilities
 from ..errors import InvalidParameterError
 from ..index import SearchResult, check_int, register
@@ -107,7 +107,7 @@ class SeismicIndex(SparseStore):
             raise InvalidParameterError(
                 f"heap_factor must be a number in (0, 10]; got {heap_factor!r}")
         tb, bdp, bd, sp_, st, sc, scl = self._blocks
-        ids, scores = _simd.seismic_search(
+        ids, scores = seismic_search(
             q.indptr, q.indices, q.values, query_cut, heap_factor, tb, bdp, bd,
             sp_, st, sc, scl, self._n_main, self._fp, self._fi, self._fv, self._pos_ids,
             ok.view(np.uint8), k, self.dim)
