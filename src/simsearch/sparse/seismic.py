@@ -42,6 +42,14 @@ class SeismicIndex(SparseStore):
     of the built ones (or 4,096), when the blocks are built again; removed items are skipped and
     dropped at the next build. So membership is always exact; only the ranking of built items
     is approximate.
+
+    >>> import simsearch as ss
+    >>> idx = ss.SeismicIndex(10)
+    >>> idx.add([([1, 4], [0.5, 2.0]), ([4, 7], [1.0, 1.0]), ([2], [3.0])]).tolist()
+    [0, 1, 2]
+    >>> r = idx.search(([4, 7], [1.0, 0.5]), k=2, query_cut=2)
+    >>> r.ids.tolist(), r.scores.tolist()
+    ([[0, 1]], [[2.0, 1.5]])
     """
 
     capabilities = Capabilities(items="sparse",
