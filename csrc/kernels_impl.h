@@ -606,45 +606,41 @@ struct TiedTopK {
   }
 };
 
-// sum of qd[idx[e]] * val[e] over [0, m): one row against a dense query
-inline float sparse_dot(const float* qd, const uint32_t* idx, const float* val, int64_t m) {
-  int64_t e = 0;
-  float r = 0.f;
+// the weights a gathered dot product multiplies: float32 (forward rows) or 8-bit codes
+// (summaries), sixteen lanes at a time or one
+struct F32Weights {
+  const float* p;
+  float at(int64_t e) const { return p[e]; }
 #if defined(SS_AVX512)
-  __m512 acc = _mm512_setzero_ps();
-  for (; e + 16 <= m; e += 16) {
-    const __m512i t = _mm512_loadu_si512(idx + e);
-    acc = _mm512_fmadd_ps(_mm512_i32gather_ps(t, qd, 4), _mm512_loadu_ps(val + e), acc);
-  }
-  if (e < m) {
-    const __mmask16 mk = static_cast<__mmask16>((1u << (m - e)) - 1u);
-    const __m512i t = _mm512_maskz_loadu_epi32(mk, idx + e);
-    const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, t, qd, 4);
-    acc = _mm512_fmadd_ps(g, _mm512_maskz_loadu_ps(mk, val + e), acc);
-    e = m;
-  }
-  r = _mm512_reduce_add_ps(acc);
+  __m512 lanes(int64_t e, __mmask16 mk) const { return _mm512_maskz_loadu_ps(mk, p + e); }
 #endif
-  for (; e < m; ++e) r += qd[idx[e]] * val[e];
-  return r;
-}
+};
+struct U8Weights {
+  const uint8_t* p;
+  float at(int64_t e) const { return static_cast<float>(p[e]); }
+#if defined(SS_AVX512)
+  __m512 lanes(int64_t e, __mmask16 mk) const {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mk, p + e)));
+  }
+#endif
+};
 
-// a block's summary bound: sum of qd[term] * code, times the block's scale
-inline float summary_dot(const float* qd, const uint32_t* terms, const uint8_t* codes,
-                         int64_t m) {
+// sum of qd[idx[e]] * w.at(e) over [0, m): a row (or a summary) against a dense query
+template <class W>
+inline float gather_dot(const float* qd, const uint32_t* idx, W w, int64_t m) {
   int64_t e = 0;
   float r = 0.f;
 #if defined(SS_AVX512)
   __m512 acc = _mm512_setzero_ps();
-  for (; e + 16 <= m; e += 16) {
-    const __m512i t = _mm512_loadu_si512(terms + e);
-    const __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + e))));
-    acc = _mm512_fmadd_ps(_mm512_i32gather_ps(t, qd, 4), c, acc);
+  for (; e < m; e += 16) {
+    const __mmask16 mk = m - e >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - e)) - 1u);
+    const __m512i t = _mm512_maskz_loadu_epi32(mk, idx + e);
+    acc = _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, t, qd, 4),
+                          w.lanes(e, mk), acc);
   }
   r = _mm512_reduce_add_ps(acc);
 #endif
-  for (; e < m; ++e) r += qd[terms[e]] * static_cast<float>(codes[e]);
+  for (; e < m; ++e) r += qd[idx[e]] * w.at(e);
   return r;
 }
 
@@ -679,8 +675,8 @@ void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
       const int64_t t = a.qi[heavy[h]];
       for (int64_t blk = a.term_blocks[t]; blk < a.term_blocks[t + 1]; ++blk) {
         const int64_t s0 = a.sum_ptr[blk];
-        const float bound = summary_dot(qd.data(), a.sum_terms + s0, a.sum_codes + s0,
-                                        a.sum_ptr[blk + 1] - s0) * a.sum_scale[blk];
+        const float bound = gather_dot(qd.data(), a.sum_terms + s0, U8Weights{a.sum_codes + s0},
+                                       a.sum_ptr[blk + 1] - s0) * a.sum_scale[blk];
         if (top.n == a.k && bound < a.heap_factor * top.s[0]) continue;
         const int64_t e0 = a.block_docs_ptr[blk], e1 = a.block_docs_ptr[blk + 1];
         // the rows are scattered over the forward index: the next one's fetched while this one
@@ -694,14 +690,16 @@ void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
           touched.push_back(d);
           if (!a.ok[d]) continue;
           const int64_t r0 = a.fp[d];
-          top.push(sparse_dot(qd.data(), a.fi + r0, a.fv + r0, a.fp[d + 1] - r0), a.pos_ids[d]);
+          top.push(gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0}, a.fp[d + 1] - r0),
+                   a.pos_ids[d]);
         }
       }
     }
     for (int64_t d = a.n_main; d < a.n_pos; ++d) {
       if (!a.ok[d]) continue;
       const int64_t r0 = a.fp[d];
-      top.push(sparse_dot(qd.data(), a.fi + r0, a.fv + r0, a.fp[d + 1] - r0), a.pos_ids[d]);
+      top.push(gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0}, a.fp[d + 1] - r0),
+               a.pos_ids[d]);
     }
     for (const int64_t d : touched) seen[d] = 0;
     for (int64_t j = qa; j < qb; ++j) qd[a.qi[j]] = 0.f;

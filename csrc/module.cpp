@@ -277,8 +277,23 @@ bool all_finite(In<float> x) {
   return scan();
 }
 
-// returns fresh (ids (nq, k) int64, scores (nq, k) float32) arrays: the flat index's small
-// batches call this once per search, so the outputs are not another Python call each
+// fresh (ids (nq, k) int64, scores (nq, k) float32) arrays for a kernel to fill, returned to
+// Python as they are: one call a search, not another for the outputs
+struct TopkOut {
+  int64_t nq, k;
+  int64_t* ids = new int64_t[nq * k];
+  float* scores = new float[nq * k];
+  nb::capsule own_ids{ids, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); }};
+  nb::capsule own_scores{scores, [](void* p) noexcept { delete[] static_cast<float*>(p); }};
+  nb::tuple result() const {
+    const size_t shape[2] = {static_cast<size_t>(nq), static_cast<size_t>(k)};
+    return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(ids, 2, shape, own_ids),
+                          nb::ndarray<nb::numpy, float, nb::ndim<2>>(scores, 2, shape,
+                                                                     own_scores));
+  }
+};
+
+// the flat index's small batches
 nb::tuple flat_topk(In<float> Q, In<float> xb, In<int64_t> ids, nb::object xsq, int64_t k) {
   require(Q.ndim() == 2 && xb.ndim() == 2 && Q.shape(1) == xb.shape(1),
           "Q (nq, d) and xb (n, d) float32");
@@ -293,17 +308,11 @@ nb::tuple flat_topk(In<float> Q, In<float> xb, In<int64_t> ids, nb::object xsq, 
             "xsq: (n,) float32 or None");
     sq = xsq_arr.data();
   }
-  int64_t* out_ids = new int64_t[nq * k];
-  float* out_scores = new float[nq * k];
-  nb::capsule own_ids(out_ids, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
-  nb::capsule own_scores(out_scores, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-  FlatArgs a{Q.data(), d, xb.data(), n, ids.data(), sq, k, out_ids, out_scores};
+  TopkOut out{nq, k};
+  FlatArgs a{Q.data(), d, xb.data(), n, ids.data(), sq, k, out.ids, out.scores};
   const auto run = kernels().flat_topk;
   parallel_blocks(nq, 1, [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
-  const size_t shape[2] = {static_cast<size_t>(nq), static_cast<size_t>(k)};
-  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(out_ids, 2, shape, own_ids),
-                        nb::ndarray<nb::numpy, float, nb::ndim<2>>(out_scores, 2, shape,
-                                                                   own_scores));
+  return out.result();
 }
 
 
@@ -313,7 +322,7 @@ const T* vec(const In<T>& x, size_t n, const char* what) {
   return x.data();
 }
 
-// Seismic's walk (SeismicArgs); returns fresh (ids (nq, k) int64, scores (nq, k) float32)
+// Seismic's walk (SeismicArgs)
 nb::tuple seismic_search(In<int64_t> qp, In<uint32_t> qi, In<float> qv, int64_t query_cut,
                          float heap_factor, In<int64_t> term_blocks, In<int64_t> block_docs_ptr,
                          In<int64_t> block_docs, In<int64_t> sum_ptr, In<uint32_t> sum_terms,
@@ -340,18 +349,12 @@ nb::tuple seismic_search(In<int64_t> qp, In<uint32_t> qi, In<float> qv, int64_t 
   require(qp.data()[nq] <= static_cast<int64_t>(qi.shape(0)) &&
               fp.data()[n_pos] <= static_cast<int64_t>(std::min(fi.shape(0), fv.shape(0))),
           "row offsets past their arrays");
-  int64_t* out_ids = new int64_t[nq * k];
-  float* out_scores = new float[nq * k];
-  nb::capsule own_ids(out_ids, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
-  nb::capsule own_scores(out_scores, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-  a.out_ids = out_ids;
-  a.out_scores = out_scores;
+  TopkOut out{nq, k};
+  a.out_ids = out.ids;
+  a.out_scores = out.scores;
   const auto run = kernels().seismic_search;
   parallel_blocks(nq, 1, [&](int64_t lo, int64_t hi, int) { run(a, lo, hi); });
-  const size_t shape[2] = {static_cast<size_t>(nq), static_cast<size_t>(k)};
-  return nb::make_tuple(nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(out_ids, 2, shape, own_ids),
-                        nb::ndarray<nb::numpy, float, nb::ndim<2>>(out_scores, 2, shape,
-                                                                   own_scores));
+  return out.result();
 }
 
 }  // namespace
