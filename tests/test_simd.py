@@ -11,6 +11,7 @@ from knn_check import assert_knn_equal
 from simsearch import simd
 from simsearch.errors import InvalidParameterError
 from simsearch.quant import fastscan as FS
+from simsearch.sparse import flat as sparse_flat
 
 ISAS = simd.supported()
 
@@ -262,12 +263,14 @@ def test_all_finite_finds_every_nan_and_inf(n):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_seismic_walk_with_every_block_open_is_exact(isa):
+def test_seismic_walk_with_every_block_open_is_exact(isa, monkeypatch):
     """With every posting list kept whole, every query term visited and every block opened, the
     compiled walk must answer as the exact inverted scan: ties to the smaller id, filters, a
     tail of rows added after the blocks were built, and rows longer than a vector's 16 lanes.
-    Seen failing with the last lanes' mask one lane short (AVX-512 scores off) and with ties
-    kept in the order met instead of to the smaller id (every instruction set)."""
+    Seen failing with the last lanes' mask one lane short (AVX-512 scores
+    off) and with ties kept in the order met instead of to the smaller id (every instruction
+    set)."""
+    monkeypatch.setattr(sparse_flat, "TAIL_MIN", 100)  # blocks from 100 items on, not 4,096
     rng = np.random.default_rng(4)
     dim, n = 300, 900
 
@@ -275,7 +278,7 @@ def test_seismic_walk_with_every_block_open_is_exact(isa):
         out = []
         for _ in range(m):
             t = np.sort(rng.choice(dim, int(rng.integers(lo, hi)), replace=False))
-            out.append((t, rng.random(t.size).astype(np.float32) + 0.01))
+            out.append((t, (rng.integers(1, 128, t.size) / 64).astype(np.float32)))
         return out
 
     items = rows(n, 1, 40)
@@ -298,9 +301,10 @@ def test_seismic_walk_with_every_block_open_is_exact(isa):
         assert list(got[:11]) == sorted([21] + [7 * i for i in range(50, 60)])
 
 
-def test_seismic_walk_agrees_on_every_instruction_set():
+def test_seismic_walk_agrees_on_every_instruction_set(monkeypatch):
     """At pruning settings (blocks skipped by their bounds) every instruction set's walk
     answers alike."""
+    monkeypatch.setattr(sparse_flat, "TAIL_MIN", 100)  # blocks from 100 items on, not 4,096
     rng = np.random.default_rng(5)
     dim = 500
     items = [(np.sort(rng.choice(dim, 30, replace=False)),
@@ -313,3 +317,29 @@ def test_seismic_walk_agrees_on_every_instruction_set():
             got.append(index.search(items[:50], 10, query_cut=5, heap_factor=0.9))
     for r in got[1:]:
         assert_knn_equal(r.ids, r.scores, got[0].ids, got[0].scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_seismic_answers_carry_exact_scores(isa, monkeypatch):
+    """The scores the walk answers are the exact inner products of the ids it answers, best
+    first (seen failing when the walk scored built rows from a half-precision copy and answered
+    those scores: relative errors near 1e-4)."""
+    monkeypatch.setattr(sparse_flat, "TAIL_MIN", 100)  # blocks from 100 items on, not 4,096
+    rng = np.random.default_rng(6)
+    dim = 400
+    items = [(np.sort(rng.choice(dim, 25, replace=False)),
+              rng.random(25).astype(np.float32) + 0.1) for _ in range(2000)]
+    index = ss.SeismicIndex(dim, n_postings=300)
+    index.add(items)
+    dense = np.zeros((len(items), dim), np.float64)
+    for r, (t, v) in enumerate(items):
+        dense[r, t] = v
+    queries = items[:30]
+    qd = np.zeros((len(queries), dim), np.float64)
+    for r, (t, v) in enumerate(queries):
+        qd[r, t] = v
+    with simd.use_isa(isa):
+        got = index.search(queries, 10, query_cut=8, heap_factor=0.8)
+    want = np.take_along_axis(qd @ dense.T, got.ids, axis=1)
+    np.testing.assert_allclose(got.scores, want, rtol=2e-6)
+    assert (np.diff(got.scores, axis=1) <= 0).all()
