@@ -73,6 +73,26 @@ struct TopK {
   }
 };
 
+// (score, id) pairs ordered as every exact path ranks them: the higher score, or the same score
+// and the smaller id. As a heap's comparator its top is the worst kept, and sort_heap leaves
+// the best first.
+using Scored = std::pair<float, int64_t>;
+inline bool better(const Scored& u, const Scored& v) {
+  return u.first > v.first || (u.first == v.first && u.second < v.second);
+}
+
+// offers (score, id) to ``heap`` (at most k entries, ordered by ``better``)
+inline void offer(std::vector<Scored>& heap, int64_t k, Scored e) {
+  if (static_cast<int64_t>(heap.size()) < k) {
+    heap.push_back(e);
+    std::push_heap(heap.begin(), heap.end(), better);
+  } else if (better(e, heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), better);
+    heap.back() = e;
+    std::push_heap(heap.begin(), heap.end(), better);
+  }
+}
+
 inline void push_masked(TopK& top, const float* sc, uint32_t mask, int64_t base) {
   while (mask) {
     int i = __builtin_ctz(mask);
@@ -503,12 +523,7 @@ void dots(const float* q, const float* x, int64_t n, int64_t d, float* out) {
 }  // namespace
 
 void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi) {
-  using Entry = std::pair<float, int64_t>;
-  // "better": the higher score, or the same score and the smaller id; the heap's top is the
-  // worst kept, and sort_heap leaves the best first
-  auto better = [](const Entry& u, const Entry& v) {
-    return u.first > v.first || (u.first == v.first && u.second < v.second);
-  };
+  using Entry = Scored;
   std::vector<Entry> heap;
   heap.reserve(a.k);
   constexpr int64_t B = 256;  // rows scored before their pass through the heap
@@ -560,51 +575,6 @@ void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi) {
 // ---- Seismic --------------------------------------------------------------------------------
 
 namespace {
-
-// a top-k heap whose root is the worst kept: a lower score, or the same score and a larger id
-struct TiedTopK {
-  std::vector<float> s;
-  std::vector<int64_t> id;
-  int64_t cap, n = 0;
-  explicit TiedTopK(int64_t cap_) : s(cap_), id(cap_), cap(cap_) {}
-  static bool worse(float s1, int64_t i1, float s2, int64_t i2) {
-    return s1 < s2 || (s1 == s2 && i1 > i2);
-  }
-  void sift_down(int64_t c, int64_t size) {
-    const float v = s[c]; const int64_t i = id[c];
-    for (;;) {
-      int64_t l = 2 * c + 1;
-      if (l >= size) break;
-      if (l + 1 < size && worse(s[l + 1], id[l + 1], s[l], id[l])) ++l;
-      if (!worse(s[l], id[l], v, i)) break;
-      s[c] = s[l]; id[c] = id[l]; c = l;
-    }
-    s[c] = v; id[c] = i;
-  }
-  void push(float v, int64_t i) {
-    if (n < cap) {
-      int64_t c = n++;
-      while (c > 0) {
-        int64_t p = (c - 1) >> 1;
-        if (!worse(v, i, s[p], id[p])) break;
-        s[c] = s[p]; id[c] = id[p]; c = p;
-      }
-      s[c] = v; id[c] = i;
-    } else if (worse(s[0], id[0], v, i)) {
-      s[0] = v; id[0] = i;
-      sift_down(0, n);
-    }
-  }
-  void finish(int64_t* out_id, float* out_s, int64_t k) {
-    for (int64_t end = n - 1; end >= 0; --end) {  // the worst into the last free slot
-      out_s[end] = s[0]; out_id[end] = id[0];
-      s[0] = s[end]; id[0] = id[end];
-      sift_down(0, end);
-    }
-    for (int64_t t = n; t < k; ++t) { out_s[t] = NEG_INF; out_id[t] = -1; }
-    n = 0;
-  }
-};
 
 // the weights a gathered dot product multiplies: float32 (forward rows) or 8-bit codes
 // (summaries), sixteen lanes at a time or one
@@ -658,7 +628,8 @@ void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
   thread_local std::vector<int64_t> touched;
   if (static_cast<int64_t>(qd.size()) < a.dim) qd.assign(a.dim, 0.f);
   if (static_cast<int64_t>(seen.size()) < a.n_pos) seen.assign(a.n_pos, 0);
-  TiedTopK top(a.k);
+  std::vector<Scored> top;
+  top.reserve(a.k);
   std::vector<int64_t> heavy;
   for (int64_t q = q_lo; q < q_hi; ++q) {
     const int64_t qa = a.qp[q], qb = a.qp[q + 1];
@@ -677,7 +648,8 @@ void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
         const int64_t s0 = a.sum_ptr[blk];
         const float bound = gather_dot(qd.data(), a.sum_terms + s0, U8Weights{a.sum_codes + s0},
                                        a.sum_ptr[blk + 1] - s0) * a.sum_scale[blk];
-        if (top.n == a.k && bound < a.heap_factor * top.s[0]) continue;
+        if (static_cast<int64_t>(top.size()) == a.k && bound < a.heap_factor * top.front().first)
+          continue;
         const int64_t e0 = a.block_docs_ptr[blk], e1 = a.block_docs_ptr[blk + 1];
         // the rows are scattered over the forward index: the next one's fetched while this one
         // is scored
@@ -690,20 +662,26 @@ void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
           touched.push_back(d);
           if (!a.ok[d]) continue;
           const int64_t r0 = a.fp[d];
-          top.push(gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0}, a.fp[d + 1] - r0),
-                   a.pos_ids[d]);
+          offer(top, a.k, {gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0},
+                                      a.fp[d + 1] - r0), a.pos_ids[d]});
         }
       }
     }
     for (int64_t d = a.n_main; d < a.n_pos; ++d) {
       if (!a.ok[d]) continue;
       const int64_t r0 = a.fp[d];
-      top.push(gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0}, a.fp[d + 1] - r0),
-               a.pos_ids[d]);
+      offer(top, a.k, {gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0}, a.fp[d + 1] - r0),
+                       a.pos_ids[d]});
     }
     for (const int64_t d : touched) seen[d] = 0;
     for (int64_t j = qa; j < qb; ++j) qd[a.qi[j]] = 0.f;
-    top.finish(a.out_ids + q * a.k, a.out_scores + q * a.k, a.k);
+    std::sort_heap(top.begin(), top.end(), better);
+    for (int64_t t = 0; t < a.k; ++t) {
+      const bool kept = t < static_cast<int64_t>(top.size());
+      a.out_ids[q * a.k + t] = kept ? top[t].second : -1;
+      a.out_scores[q * a.k + t] = kept ? top[t].first : NEG_INF;
+    }
+    top.clear();
   }
 }
 

@@ -72,8 +72,9 @@ class SeismicIndex(SparseStore):
 
     def _build_lists(self, n_main: int) -> None:
         """The blocks and summaries of the first ``n_main`` positions."""
+        super()._build_lists(n_main)  # the posting lists: the exact scan a narrow filter takes
         p = self._params
-        post = SparseBatch(self._fp[: n_main + 1], self._fi, self._fv, self.dim).columns()
+        post = self._post
         fp, fi, fv = self._fp, self._fi, self._fv
         scratch = np.zeros(self.dim, np.float32)
         mark = np.zeros(self.dim, bool)
@@ -103,9 +104,6 @@ class SeismicIndex(SparseStore):
                         cat(docs_parts, np.int64), np.append(cat(sstarts, np.int64), n_sum),
                         cat(sparts_t, np.uint32), cat(sparts_c, np.uint8),
                         cat(scales, np.float32))
-        # the exact scan's posting lists too: a filter that allows few items takes it
-        self._post = post
-        self._n_main = n_main
 
     def _scan(self, q: SparseBatch, k: int, ok: np.ndarray, query_cut: int = 10,
               heap_factor: float = 0.9) -> SearchResult:
