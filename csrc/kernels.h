@@ -91,18 +91,28 @@ struct FlatArgs {
 // ``query_cut`` heaviest terms, heaviest first; each block of their pruned posting lists whose
 // 8-bit summary bound reaches ``heap_factor`` times the k-th score so far has its documents
 // scored exactly from the forward rows (each once); then every position from ``n_main`` on (the
-// tail not yet in blocks). Ties go to the smaller id, as in every kernel.
+// tail not yet in blocks). A list's summaries are kept term-major, so its blocks' bounds are
+// accumulated from the entries of the query's own terms only. With compact rows the walk ranks
+// by them and keeps 2k; the answers are scored exactly from the float32 rows. Ties go to the
+// smaller id.
 struct SeismicArgs {
-  const int64_t* qp; const uint32_t* qi; const float* qv;  // queries (CSR), term ids < dim
+  const int64_t* qp; const uint32_t* qi; const float* qv;  // queries (CSR), ascending terms < dim
   int64_t query_cut; float heap_factor;
   const int64_t* term_blocks;     // (dim + 1,): term t owns blocks term_blocks[t]..[t + 1]
   const int64_t* block_docs_ptr;  // (n_blocks + 1,)
   const int64_t* block_docs;      // positions, by block
-  const int64_t* sum_ptr;         // (n_blocks + 1,)
-  const uint32_t* sum_terms; const uint8_t* sum_codes; const float* sum_scale;
+  const float* scale;             // (n_blocks,): a summary code's weight
+  const int64_t* term_comps;      // (dim + 1,): term t's list's summary terms
+  const uint32_t* comps;          // ascending within a list
+  const int64_t* comp_ptr;        // (n_comps + 1,): a summary term's entries
+  const uint16_t* ent_block;      // the entry's block, counted from its list's first
+  const uint8_t* ent_code;
   int64_t n_main, n_pos;          // positions in blocks; all positions
   const int64_t* fp; const uint32_t* fi; const float* fv;  // forward rows (CSR) by position
   const int64_t* pos_ids;         // (n_pos,)
+  // or null: the rows of positions below n_main in 4 bytes an entry (the term's 16-bit code,
+  // a float16 weight above it), term_code (dim,) mapping a term to its code (0xffff: none)
+  const uint32_t* compact; const uint16_t* term_code;
   const uint8_t* ok;              // (n_pos,): the position may be answered
   int64_t k, dim;
   int64_t* out_ids;               // (nq, k), best first, -1 padding

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -576,28 +577,8 @@ void flat_topk(const FlatArgs& a, int64_t q_lo, int64_t q_hi) {
 
 namespace {
 
-// the weights a gathered dot product multiplies: float32 (forward rows) or 8-bit codes
-// (summaries), sixteen lanes at a time or one
-struct F32Weights {
-  const float* p;
-  float at(int64_t e) const { return p[e]; }
-#if defined(SS_AVX512)
-  __m512 lanes(int64_t e, __mmask16 mk) const { return _mm512_maskz_loadu_ps(mk, p + e); }
-#endif
-};
-struct U8Weights {
-  const uint8_t* p;
-  float at(int64_t e) const { return static_cast<float>(p[e]); }
-#if defined(SS_AVX512)
-  __m512 lanes(int64_t e, __mmask16 mk) const {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mk, p + e)));
-  }
-#endif
-};
-
-// sum of qd[idx[e]] * w.at(e) over [0, m): a row (or a summary) against a dense query
-template <class W>
-inline float gather_dot(const float* qd, const uint32_t* idx, W w, int64_t m) {
+// sum of qd[idx[e]] * w[e] over [0, m): a float32 row against a dense query
+inline float gather_dot(const float* qd, const uint32_t* idx, const float* w, int64_t m) {
   int64_t e = 0;
   float r = 0.f;
 #if defined(SS_AVX512)
@@ -606,82 +587,205 @@ inline float gather_dot(const float* qd, const uint32_t* idx, W w, int64_t m) {
     const __mmask16 mk = m - e >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - e)) - 1u);
     const __m512i t = _mm512_maskz_loadu_epi32(mk, idx + e);
     acc = _mm512_fmadd_ps(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, t, qd, 4),
-                          w.lanes(e, mk), acc);
+                          _mm512_maskz_loadu_ps(mk, w + e), acc);
   }
   r = _mm512_reduce_add_ps(acc);
 #endif
-  for (; e < m; ++e) r += qd[idx[e]] * w.at(e);
+  for (; e < m; ++e) r += qd[idx[e]] * w[e];
   return r;
 }
 
-inline void prefetch_row(const SeismicArgs& a, int64_t d) {
-  _mm_prefetch(reinterpret_cast<const char*>(a.fi + a.fp[d]), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(a.fv + a.fp[d]), _MM_HINT_T0);
+// IEEE half to float, for the builds without F16C
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu,
+                 man = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;
+    return sign ? -f : f;
+  }
+  const uint32_t bits = exp == 31 ? sign | 0x7f800000u | (man << 13)
+                                  : sign | ((exp + 112) << 23) | (man << 13);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
+
+// a compact row (each entry: 16-bit term number in the low half, float16 weight in the high)
+// against the dense query over term numbers
+inline float compact_dot(const float* qh, const uint32_t* p, int64_t m) {
+  int64_t e = 0;
+  float r = 0.f;
+#if defined(SS_AVX512)
+  __m512 acc = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi32(0xffff);
+  for (; e < m; e += 16) {
+    const __mmask16 mk = m - e >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - e)) - 1u);
+    const __m512i x = _mm512_maskz_loadu_epi32(mk, p + e);
+    const __m512 w = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+    acc = _mm512_fmadd_ps(
+        _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, _mm512_and_si512(x, low), qh, 4), w,
+        acc);
+  }
+  r = _mm512_reduce_add_ps(acc);
+#endif
+  for (; e < m; ++e) r += qh[p[e] & 0xffffu] * half_to_float(static_cast<uint16_t>(p[e] >> 16));
+  return r;
+}
+
+// a forward row to score: its position, where it starts, its length
+struct Row {
+  int64_t pos, start, len;
+};
+
+// every line of the row, so that the misses of a block's rows overlap
+// every line of [p, p + bytes). In asm: GCC 12 drops _mm_prefetch loops under the branch in
+// prefetch_row (no prefetch was emitted in seismic_search; docs/kernels.md)
+inline void prefetch_lines(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) asm volatile("prefetcht0 %0" : : "m"(c[b]));
+}
+
+inline void prefetch_row(const SeismicArgs& a, const Row& r) {
+  if (a.compact) {
+    prefetch_lines(a.compact + r.start, 4 * r.len);
+  } else {
+    prefetch_lines(a.fi + r.start, 4 * r.len);
+    prefetch_lines(a.fv + r.start, 4 * r.len);
+  }
+}
+
+// the summary bounds of one list's blocks into acc: the query's terms (ascending, [qa, qb))
+// met in the list's summary terms [c, c1) by galloping, each match's entries added
+inline void list_bounds(const SeismicArgs& a, int64_t qa, int64_t qb, int64_t c, int64_t c1,
+                        float* acc) {
+  for (int64_t j = qa; j < qb && c < c1; ++j) {
+    const uint32_t t = a.qi[j];
+    if (a.comps[c] < t) {
+      int64_t lo = c, step = 1;
+      while (lo + step < c1 && a.comps[lo + step] < t) {
+        lo += step;
+        step <<= 1;
+      }
+      c = std::lower_bound(a.comps + lo + 1, a.comps + std::min(lo + step + 1, c1), t) -
+          a.comps;
+      if (c == c1) break;
+    }
+    if (a.comps[c] != t) continue;
+    const float w = a.qv[j];
+    for (int64_t e = a.comp_ptr[c]; e < a.comp_ptr[c + 1]; ++e)
+      acc[a.ent_block[e]] += w * static_cast<float>(a.ent_code[e]);
+    ++c;
+  }
+}
+
+// what a thread reuses across queries and calls; zeroed after each query by what it touched
+struct SeismicScratch {
+  std::vector<float> qd, qh, acc;
+  std::vector<uint8_t> seen;
+  std::vector<int64_t> touched, heavy;
+  std::vector<Row> rows;
+  std::vector<Scored> top;
+  std::vector<float> kth;  // with compact rows: the k best approximate scores (a min-heap)
+};
 
 }  // namespace
 
 void seismic_search(const SeismicArgs& a, int64_t q_lo, int64_t q_hi) {
-  // per thread, reused across calls: zeroed after each query by what it touched
-  thread_local std::vector<float> qd;
-  thread_local std::vector<uint8_t> seen;
-  thread_local std::vector<int64_t> touched;
-  if (static_cast<int64_t>(qd.size()) < a.dim) qd.assign(a.dim, 0.f);
-  if (static_cast<int64_t>(seen.size()) < a.n_pos) seen.assign(a.n_pos, 0);
-  std::vector<Scored> top;
-  top.reserve(a.k);
-  std::vector<int64_t> heavy;
+  thread_local SeismicScratch scratch;
+  SeismicScratch& S = scratch;  // one TLS lookup, not one per use
+  if (static_cast<int64_t>(S.qd.size()) < a.dim) S.qd.assign(a.dim, 0.f);
+  if (a.compact && S.qh.size() < 65536) S.qh.assign(65536, 0.f);
+  if (static_cast<int64_t>(S.seen.size()) < a.n_pos) S.seen.assign(a.n_pos, 0);
+  float* qd = S.qd.data();
+  float* qh = S.qh.data();
+  uint8_t* seen = S.seen.data();
+  auto& top = S.top;
+  auto& kth = S.kth;
+  // compact scores are approximate: twice the answers are kept, then scored exactly; blocks
+  // are still skipped by the k-th best
+  const int64_t kc = a.compact ? 2 * a.k : a.k;
+  auto threshold = [&]() {
+    return a.compact ? (static_cast<int64_t>(kth.size()) == a.k ? kth.front() : NEG_INF)
+                     : (static_cast<int64_t>(top.size()) == a.k ? top.front().first : NEG_INF);
+  };
+  auto consider = [&](float s, int64_t pos) {
+    if (a.compact && (static_cast<int64_t>(kth.size()) < a.k || s > kth.front())) {
+      if (static_cast<int64_t>(kth.size()) == a.k) {
+        std::pop_heap(kth.begin(), kth.end(), std::greater<float>());
+        kth.pop_back();
+      }
+      kth.push_back(s);
+      std::push_heap(kth.begin(), kth.end(), std::greater<float>());
+    }
+    if (static_cast<int64_t>(top.size()) < kc || s >= top.front().first) offer(top, kc, {s, pos});
+  };
   for (int64_t q = q_lo; q < q_hi; ++q) {
     const int64_t qa = a.qp[q], qb = a.qp[q + 1];
-    for (int64_t j = qa; j < qb; ++j) qd[a.qi[j]] = a.qv[j];
-    heavy.resize(qb - qa);
-    for (int64_t j = 0; j < qb - qa; ++j) heavy[j] = qa + j;
+    for (int64_t j = qa; j < qb; ++j) {
+      qd[a.qi[j]] = a.qv[j];
+      if (a.compact) qh[a.term_code[a.qi[j]]] = a.qv[j];
+    }
+    if (a.compact) qh[0xffff] = 0.f;  // the code of every term no compact row holds
+    S.heavy.resize(qb - qa);
+    for (int64_t j = 0; j < qb - qa; ++j) S.heavy[j] = qa + j;
     const int64_t cut = std::min<int64_t>(a.query_cut, qb - qa);
-    std::partial_sort(heavy.begin(), heavy.begin() + cut, heavy.end(),
+    std::partial_sort(S.heavy.begin(), S.heavy.begin() + cut, S.heavy.end(),
                       [&](int64_t x, int64_t y) {
                         return a.qv[x] > a.qv[y] || (a.qv[x] == a.qv[y] && x < y);
                       });
-    touched.clear();
+    S.touched.clear();
+    top.clear();
+    kth.clear();
     for (int64_t h = 0; h < cut; ++h) {
-      const int64_t t = a.qi[heavy[h]];
-      for (int64_t blk = a.term_blocks[t]; blk < a.term_blocks[t + 1]; ++blk) {
-        const int64_t s0 = a.sum_ptr[blk];
-        const float bound = gather_dot(qd.data(), a.sum_terms + s0, U8Weights{a.sum_codes + s0},
-                                       a.sum_ptr[blk + 1] - s0) * a.sum_scale[blk];
-        if (static_cast<int64_t>(top.size()) == a.k && bound < a.heap_factor * top.front().first)
-          continue;
-        const int64_t e0 = a.block_docs_ptr[blk], e1 = a.block_docs_ptr[blk + 1];
-        // the rows are scattered over the forward index: the next one's fetched while this one
-        // is scored
-        if (e0 < e1) prefetch_row(a, a.block_docs[e0]);
-        for (int64_t e = e0; e < e1; ++e) {
+      const int64_t t = a.qi[S.heavy[h]];
+      const int64_t b0 = a.term_blocks[t], nb = a.term_blocks[t + 1] - b0;
+      if (static_cast<int64_t>(S.acc.size()) < nb) S.acc.resize(nb);
+      float* acc = S.acc.data();
+      std::fill(acc, acc + nb, 0.f);
+      list_bounds(a, qa, qb, a.term_comps[t], a.term_comps[t + 1], acc);
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        if (acc[blk] * a.scale[b0 + blk] < a.heap_factor * threshold()) continue;
+        // two passes: the block's new rows located and all fetched at once (their misses
+        // overlap), then scored
+        S.rows.clear();
+        for (int64_t e = a.block_docs_ptr[b0 + blk]; e < a.block_docs_ptr[b0 + blk + 1]; ++e) {
           const int64_t d = a.block_docs[e];
-          if (e + 1 < e1) prefetch_row(a, a.block_docs[e + 1]);
           if (seen[d]) continue;
           seen[d] = 1;
-          touched.push_back(d);
+          S.touched.push_back(d);
           if (!a.ok[d]) continue;
-          const int64_t r0 = a.fp[d];
-          offer(top, a.k, {gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0},
-                                      a.fp[d + 1] - r0), a.pos_ids[d]});
+          const Row r{d, a.fp[d], a.fp[d + 1] - a.fp[d]};
+          prefetch_row(a, r);
+          S.rows.push_back(r);
+        }
+        for (const Row& r : S.rows) {
+          const float s = a.compact ? compact_dot(qh, a.compact + r.start, r.len)
+                                    : gather_dot(qd, a.fi + r.start, a.fv + r.start, r.len);
+          consider(s, r.pos);
         }
       }
     }
     for (int64_t d = a.n_main; d < a.n_pos; ++d) {
       if (!a.ok[d]) continue;
       const int64_t r0 = a.fp[d];
-      offer(top, a.k, {gather_dot(qd.data(), a.fi + r0, F32Weights{a.fv + r0}, a.fp[d + 1] - r0),
-                       a.pos_ids[d]});
+      consider(gather_dot(qd, a.fi + r0, a.fv + r0, a.fp[d + 1] - r0), d);
     }
-    for (const int64_t d : touched) seen[d] = 0;
-    for (int64_t j = qa; j < qb; ++j) qd[a.qi[j]] = 0.f;
-    std::sort_heap(top.begin(), top.end(), better);
+    // the answers: scored exactly from the float32 rows, best first, ties to the smaller id
+    for (Scored& c : top) {
+      const int64_t r0 = a.fp[c.second];
+      c = {gather_dot(qd, a.fi + r0, a.fv + r0, a.fp[c.second + 1] - r0), a.pos_ids[c.second]};
+    }
+    std::sort(top.begin(), top.end(), better);
+    for (const int64_t d : S.touched) seen[d] = 0;
+    for (int64_t j = qa; j < qb; ++j) {
+      qd[a.qi[j]] = 0.f;
+      if (a.compact) qh[a.term_code[a.qi[j]]] = 0.f;
+    }
     for (int64_t t = 0; t < a.k; ++t) {
       const bool kept = t < static_cast<int64_t>(top.size());
       a.out_ids[q * a.k + t] = kept ? top[t].second : -1;
       a.out_scores[q * a.k + t] = kept ? top[t].first : NEG_INF;
     }
-    top.clear();
   }
 }
 

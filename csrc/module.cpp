@@ -325,30 +325,37 @@ const T* vec(const In<T>& x, size_t n, const char* what) {
 // Seismic's walk (SeismicArgs)
 nb::tuple seismic_search(In<int64_t> qp, In<uint32_t> qi, In<float> qv, int64_t query_cut,
                          float heap_factor, In<int64_t> term_blocks, In<int64_t> block_docs_ptr,
-                         In<int64_t> block_docs, In<int64_t> sum_ptr, In<uint32_t> sum_terms,
-                         In<uint8_t> sum_codes, In<float> sum_scale, int64_t n_main,
-                         In<int64_t> fp, In<uint32_t> fi, In<float> fv, In<int64_t> pos_ids,
-                         In<uint8_t> ok, int64_t k, int64_t dim) {
+                         In<int64_t> block_docs, In<float> scale, In<int64_t> term_comps,
+                         In<uint32_t> comps, In<int64_t> comp_ptr, In<uint16_t> ent_block,
+                         In<uint8_t> ent_code, In<uint32_t> compact, In<uint16_t> term_code,
+                         int64_t n_main, In<int64_t> fp, In<uint32_t> fi, In<float> fv,
+                         In<int64_t> pos_ids, In<uint8_t> ok, int64_t k, int64_t dim) {
   const size_t any = SIZE_MAX;
   require(qp.ndim() == 1 && qp.shape(0) >= 1, "qp: (nq + 1,) int64");
   const int64_t nq = qp.shape(0) - 1, n_pos = pos_ids.shape(0);
   const int64_t n_blocks = block_docs_ptr.shape(0) - 1;
   require(k >= 1 && dim >= 1 && query_cut >= 1 && 0 <= n_main && n_main <= n_pos,
           "k, dim, query_cut >= 1 and n_main in [0, n_pos]");
+  const bool has_compact = compact.shape(0) > 0;
   SeismicArgs a{vec(qp, any, "qp"), vec(qi, any, "qi"), vec(qv, qi.shape(0), "qv: as qi"),
                 query_cut, heap_factor,
                 vec(term_blocks, dim + 1, "term_blocks: (dim + 1,)"),
                 vec(block_docs_ptr, any, "block_docs_ptr"), vec(block_docs, any, "block_docs"),
-                vec(sum_ptr, n_blocks + 1, "sum_ptr: (n_blocks + 1,)"),
-                vec(sum_terms, any, "sum_terms"),
-                vec(sum_codes, sum_terms.shape(0), "sum_codes: as sum_terms"),
-                vec(sum_scale, n_blocks, "sum_scale: (n_blocks,)"), n_main, n_pos,
+                vec(scale, n_blocks, "scale: (n_blocks,)"),
+                vec(term_comps, dim + 1, "term_comps: (dim + 1,)"), vec(comps, any, "comps"),
+                vec(comp_ptr, comps.shape(0) + 1, "comp_ptr: (n_comps + 1,)"),
+                vec(ent_block, any, "ent_block"),
+                vec(ent_code, ent_block.shape(0), "ent_code: as ent_block"), n_main, n_pos,
                 vec(fp, n_pos + 1, "fp: (n_pos + 1,)"), vec(fi, any, "fi"),
                 vec(fv, any, "fv"), vec(pos_ids, any, "pos_ids"),
+                has_compact ? compact.data() : nullptr,
+                has_compact ? vec(term_code, dim, "term_code: (dim,)") : nullptr,
                 vec(ok, n_pos, "ok: (n_pos,) uint8"), k, dim, nullptr, nullptr};
   require(qp.data()[nq] <= static_cast<int64_t>(qi.shape(0)) &&
               fp.data()[n_pos] <= static_cast<int64_t>(std::min(fi.shape(0), fv.shape(0))),
           "row offsets past their arrays");
+  require(!has_compact || fp.data()[n_main] <= static_cast<int64_t>(compact.shape(0)),
+          "compact rows shorter than the rows in blocks");
   TopkOut out{nq, k};
   a.out_ids = out.ids;
   a.out_scores = out.scores;

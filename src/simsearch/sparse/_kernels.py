@@ -205,10 +205,38 @@ def block_summary(block, fp, fi, fv, alpha, scratch, mark, terms):
 
 
 @njit(cache=True)
+def by_term(sstart, st, sc):
+    """One list's summaries (block-major: block j's terms ``st`` and codes ``sc`` at
+    ``sstart[j]:sstart[j + 1]``) turned term-major, as the walk reads them: (the distinct terms
+    ascending, each one's entries' start (local), each entry's block (local, uint16), its
+    code)."""
+    blk = np.empty(st.size, np.uint16)
+    for j in range(sstart.size - 1):
+        blk[sstart[j]:sstart[j + 1]] = j
+    order = np.argsort(st, kind="mergesort")
+    ts = st[order]
+    n_u = 0
+    for i in range(ts.size):
+        if i == 0 or ts[i] != ts[i - 1]:
+            n_u += 1
+    comps = np.empty(n_u, np.uint32)
+    cptr = np.empty(n_u + 1, np.int64)
+    u = 0
+    for i in range(ts.size):
+        if i == 0 or ts[i] != ts[i - 1]:
+            comps[u] = ts[i]
+            cptr[u] = i
+            u += 1
+    cptr[n_u] = ts.size
+    return comps, cptr, blk[order], sc[order]
+
+
+@njit(cache=True)
 def term_blocks(docs, vals, lam, n_blocks, fp, fi, fv, alpha, seed, scratch, mark, terms):
     """One term's blocks: its posting list (``docs`` with their ``vals`` for the term) pruned to
     the ``lam`` largest values, clustered into at most ``n_blocks`` blocks, each summarised.
-    Returns (documents by block, block starts, summary starts, summary terms, codes, scales)."""
+    Returns (documents by block, block starts, the summaries term-major (``by_term``): terms,
+    their entries' starts, entries' blocks, codes; each block's scale)."""
     if docs.size > lam:
         top = np.argsort(-vals)[:lam]
         docs = docs[top]
@@ -230,4 +258,5 @@ def term_blocks(docs, vals, lam, n_blocks, fp, fi, fv, alpha, seed, scratch, mar
     for j in range(nb):
         st[sstart[j]:sstart[j + 1]] = parts_t[j]
         sc_[sstart[j]:sstart[j + 1]] = parts_c[j]
-    return order, starts, sstart, st, sc_, scales
+    comps, cptr, eblk, ecode = by_term(sstart, st, sc_)
+    return order, starts, comps, cptr, eblk, ecode, scales

@@ -12,7 +12,7 @@ so far (the authors' convention) and scores their documents exactly from the for
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,6 +26,44 @@ from .flat import SparseStore
 
 #: the vocabulary a Seismic index holds a dense query vector of (float32 a term)
 MAX_VOCABULARY = 1 << 26
+#: blocks per posting list (numbered in 16 bits within the list)
+MAX_BLOCKS = 1 << 16
+#: the compact rows' code of a term they do not hold
+NO_CODE = 0xFFFF
+
+
+class _Blocks(NamedTuple):
+    """The walk's arrays (``seismic_search``'s, in its order): each term's blocks, their
+    documents (positions), each block's summary scale; the summaries term-major per list: each
+    term's summary terms, their entries, each entry's block within the list and 8-bit code."""
+
+    term_blocks: np.ndarray     # (dim + 1,) int64: term t's blocks, [t]..[t + 1]
+    block_docs_ptr: np.ndarray  # (n_blocks + 1,) int64
+    block_docs: np.ndarray      # int64 positions, by block
+    scale: np.ndarray           # (n_blocks,) float32: a code's weight
+    term_comps: np.ndarray      # (dim + 1,) int64: term t's list's summary terms, [t]..[t + 1]
+    comps: np.ndarray           # uint32, ascending within a list
+    comp_ptr: np.ndarray        # (n_comps + 1,) int64: each summary term's entries
+    ent_block: np.ndarray       # uint16: the entry's block, counted from the list's first
+    ent_code: np.ndarray        # uint8
+    compact: np.ndarray         # uint32 by entry of the rows in blocks (``compact_rows``), or empty
+    term_code: np.ndarray       # (dim,) uint16: a term's code in them, or empty
+
+
+def compact_rows(fi: np.ndarray, fv: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows in 4 bytes an entry, as the walk reads them: each term's 16-bit code (codes by
+    decreasing frequency, so the query weights most read share cache lines) in the low half, the
+    weight as float16 in the high half; and each term's code (``NO_CODE``: no row holds it).
+    Empty arrays when the rows hold more than 65,535 terms or a weight float16 cannot hold."""
+    none = (np.empty(0, np.uint32), np.empty(0, np.uint16))
+    counts = np.bincount(fi, minlength=dim)
+    used = np.flatnonzero(counts)
+    if used.size > NO_CODE or (fv.size and np.abs(fv).max() > np.finfo(np.float16).max):
+        return none
+    code = np.full(dim, NO_CODE, np.uint16)
+    code[used[np.argsort(-counts[used], kind="stable")]] = np.arange(used.size, dtype=np.uint16)
+    half = fv.astype(np.float16).view(np.uint16).astype(np.uint32)
+    return code[fi].astype(np.uint32) | (half << 16), code
 
 
 @register("sparse-seismic")
@@ -79,31 +117,39 @@ class SeismicIndex(SparseStore):
         scratch = np.zeros(self.dim, np.float32)
         mark = np.zeros(self.dim, bool)
         terms = np.empty(self.dim, np.uint32)
-        tb = np.zeros(self.dim + 1, np.int64)  # each term's first block
-        docs_parts, dstarts, sparts_t, sparts_c, scales, sstarts = [], [], [], [], [], []
-        n_blocks = n_docs = n_sum = 0
+        tb = np.zeros(self.dim + 1, np.int64)  # each term's blocks
+        tc = np.zeros(self.dim + 1, np.int64)  # each term's summary terms
+        parts: dict[str, list] = {f: [] for f in _Blocks._fields}
+        n_docs = n_ent = 0
         for t in np.flatnonzero(np.diff(post[0])).tolist():
             a, b = post[0][t], post[0][t + 1]
             kept = min(b - a, p["n_postings"])
-            nb = max(1, math.ceil(kept * p["centroid_fraction"]))
-            order, starts, ss, st, sc, scl = term_blocks(
+            # a block's number within its list is 16 bits wide in the summaries
+            nb = min(MAX_BLOCKS, max(1, math.ceil(kept * p["centroid_fraction"])))
+            order, starts, comps, cptr, eblk, ecode, scl = term_blocks(
                 post[1][a:b], post[2][a:b], p["n_postings"], nb, fp, fi, fv,
                 np.float32(p["summary_energy"]), p["seed"] + t, scratch, mark, terms)
             tb[t + 1] = starts.size - 1
-            docs_parts.append(order)
-            dstarts.append(starts[:-1] + n_docs)
-            sparts_t.append(st)
-            sparts_c.append(sc)
-            scales.append(scl)
-            sstarts.append(ss[:-1] + n_sum)
-            n_blocks += starts.size - 1
+            tc[t + 1] = comps.size
+            parts["block_docs"].append(order)
+            parts["block_docs_ptr"].append(starts[:-1] + n_docs)
+            parts["scale"].append(scl)
+            parts["comps"].append(comps)
+            parts["comp_ptr"].append(cptr[:-1] + n_ent)
+            parts["ent_block"].append(eblk)
+            parts["ent_code"].append(ecode)
             n_docs += order.size
-            n_sum += st.size
-        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.empty(0, dt))
-        self._blocks = (np.cumsum(tb), np.append(cat(dstarts, np.int64), n_docs),
-                        cat(docs_parts, np.int64), np.append(cat(sstarts, np.int64), n_sum),
-                        cat(sparts_t, np.uint32), cat(sparts_c, np.uint8),
-                        cat(scales, np.float32))
+            n_ent += eblk.size
+        cat = (lambda f, dt, end=None: np.concatenate(
+            parts[f] + ([np.array([end])] if end is not None else [])).astype(dt)
+            if parts[f] or end is not None else np.empty(0, dt))
+        compact, term_code = compact_rows(fi[: fp[n_main]], fv[: fp[n_main]], self.dim)
+        self._blocks = _Blocks(
+            term_blocks=np.cumsum(tb), block_docs_ptr=cat("block_docs_ptr", np.int64, n_docs),
+            block_docs=cat("block_docs", np.int64), scale=cat("scale", np.float32),
+            term_comps=np.cumsum(tc), comps=cat("comps", np.uint32),
+            comp_ptr=cat("comp_ptr", np.int64, n_ent), ent_block=cat("ent_block", np.uint16),
+            ent_code=cat("ent_code", np.uint8), compact=compact, term_code=term_code)
 
     def _scan(self, q: SparseBatch, k: int, ok: np.ndarray, query_cut: int = 10,
               heap_factor: float = 0.9) -> SearchResult:
@@ -112,11 +158,9 @@ class SeismicIndex(SparseStore):
                 not 0 < heap_factor <= 10:
             raise InvalidParameterError(
                 f"heap_factor must be a number in (0, 10]; got {heap_factor!r}")
-        tb, bdp, bd, sp_, st, sc, scl = self._blocks
         ids, scores = seismic_search(
-            q.indptr, q.indices, q.values, query_cut, heap_factor, tb, bdp, bd,
-            sp_, st, sc, scl, self._n_main, self._fp, self._fi, self._fv, self._pos_ids,
-            ok.view(np.uint8), k, self.dim)
+            q.indptr, q.indices, q.values, query_cut, heap_factor, *self._blocks, self._n_main,
+            self._fp, self._fi, self._fv, self._pos_ids, ok.view(np.uint8), k, self.dim)
         return SearchResult(ids, scores)
 
     def _scan_filtered(self, q: SparseBatch, k: int, ok: np.ndarray,
