@@ -44,7 +44,7 @@ KINDS = {
     # rows by position (removed ones too), ids, the lists' end
     "sparse-flat": ("sparse-flat", "ip", {}),
     "bm25": ("bm25", "ip", {}),
-    "sparse-seismic": ("sparse-seismic", "ip", {"n_postings": 50}),
+    "sparse-seismic": ("sparse-seismic", "ip", {"n_postings": 50, "rebuild_after": 16}),
 }
 SPARSE = {"sparse-flat", "bm25", "sparse-seismic"}
 _PREFIX = struct.Struct("<8sIIQ")

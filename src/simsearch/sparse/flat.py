@@ -120,7 +120,8 @@ class SparseStore(Index):
             self._pos_ids, self._alive, self._dead = self._pos_ids[keep], self._alive[keep], 0
             self._rowsum = self._rowsum[keep]
             self._build_lists(keep.size)
-        elif n - self._n_main > max(TAIL_MIN, TAIL_SHARE * self._n_main):
+        elif n - self._n_main > max(self._params.get("rebuild_after", TAIL_MIN),
+                                    TAIL_SHARE * self._n_main):
             self._build_lists(n)
 
     def _rows(self, positions: np.ndarray) -> SparseBatch:
@@ -131,6 +132,11 @@ class SparseStore(Index):
         first ``n_main`` positions; later positions form the tail, scanned row by row."""
         self._post = SparseBatch(self._fp[: n_main + 1], self._fi, self._fv, self.dim).columns()
         self._n_main = n_main
+
+    def memory_bytes(self) -> int:
+        """Bytes held: the rows, their ids, liveness and weights, and the posting lists."""
+        return int(sum(a.nbytes for a in (self._fp, self._fi, self._fv, self._pos_ids,
+                                          self._alive, self._rowsum, *self._post)))
 
     # -- search -----------------------------------------------------------------------------
 

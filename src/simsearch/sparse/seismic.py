@@ -22,7 +22,7 @@ from ..errors import InvalidParameterError
 from ..index import SearchResult, check_int, register
 from ._kernels import term_blocks
 from .batch import SparseBatch
-from .flat import SparseStore
+from .flat import TAIL_MIN, SparseStore
 
 #: the vocabulary a Seismic index holds a dense query vector of (float32 a term)
 MAX_VOCABULARY = 1 << 26
@@ -71,15 +71,16 @@ class SeismicIndex(SparseStore):
     """Seismic over sparse items (``dim``: the vocabulary). Build parameters: ``n_postings``
     (the paper's λ: entries kept per posting list, default 1,000), ``centroid_fraction`` (blocks
     per list as a share of its kept entries, the paper's β / λ, default 0.1), ``summary_energy``
-    (the paper's α: the share of a block's mass its summary keeps, default 0.4), ``seed``.
+    (the paper's α: the share of a block's mass its summary keeps, default 0.4), ``seed``,
+    ``rebuild_after`` (below).
     Search parameters: ``query_cut`` (the query's heaviest terms visited, default 10),
     ``heap_factor`` (a block is visited when its bound reaches this times the k-th best score,
     as in the authors' pyseismic-lsr; default 0.9: lower visits more).
 
     Items added after the last build are scored exactly, every one, until they reach an eighth
-    of the built ones (or 4,096), when the blocks are built again; removed items are skipped and
-    dropped at the next build. So membership is always exact; only the ranking of built items
-    is approximate.
+    of the built ones (or ``rebuild_after``, default 4,096), when the blocks are built again;
+    removed items are skipped and dropped at the next build. So membership is always exact;
+    only the ranking of built items is approximate.
 
     >>> import simsearch as ss
     >>> idx = ss.SeismicIndex(10)
@@ -94,8 +95,10 @@ class SeismicIndex(SparseStore):
                                 search_params=frozenset({"query_cut", "heap_factor"}))
 
     def __init__(self, dim: int, metric: str = "ip", n_postings: int = 1000,
-                 centroid_fraction: float = 0.1, summary_energy: float = 0.4, seed: int = 0):
+                 centroid_fraction: float = 0.1, summary_energy: float = 0.4, seed: int = 0,
+                 rebuild_after: int = TAIL_MIN):
         n_postings = check_int("n_postings", n_postings, 1, 1 << 24)
+        rebuild_after = check_int("rebuild_after", rebuild_after, 1, 1 << 40)
         for name, v in (("centroid_fraction", centroid_fraction),
                         ("summary_energy", summary_energy)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
@@ -106,7 +109,8 @@ class SeismicIndex(SparseStore):
                                         f"for sparse-seismic; got {dim}")
         super().__init__(dim, metric, n_postings=n_postings,
                          centroid_fraction=float(centroid_fraction),
-                         summary_energy=float(summary_energy), seed=seed)
+                         summary_energy=float(summary_energy), seed=seed,
+                         rebuild_after=rebuild_after)
 
     def _build_lists(self, n_main: int) -> None:
         """The blocks and summaries of the first ``n_main`` positions."""
@@ -150,6 +154,11 @@ class SeismicIndex(SparseStore):
             term_comps=np.cumsum(tc), comps=cat("comps", np.uint32),
             comp_ptr=cat("comp_ptr", np.int64, n_ent), ent_block=cat("ent_block", np.uint16),
             ent_code=cat("ent_code", np.uint8), compact=compact, term_code=term_code)
+
+    def memory_bytes(self) -> int:
+        """Bytes held: the store's (``SparseStore.memory_bytes``), the blocks, their summaries
+        and the compact rows."""
+        return super().memory_bytes() + int(sum(a.nbytes for a in self._blocks))
 
     def _scan(self, q: SparseBatch, k: int, ok: np.ndarray, query_cut: int = 10,
               heap_factor: float = 0.9) -> SearchResult:
