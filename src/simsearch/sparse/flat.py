@@ -58,8 +58,9 @@ class SparseStore(Index):
     _fp, _fi, _fv, _pos_ids, _alive, _rowsum = (_Rows() for _ in range(6))
 
     def __init__(self, dim: int, metric: str = "ip", **params: Any):
-        """``params``: the kind's build parameters (saved); ``nonnegative`` among them (default
-        True) refuses negative weights."""
+        """``params``: the kind's build parameters (saved); among them ``nonnegative`` (default
+        True) refuses negative weights, and ``rebuild_after`` (default ``TAIL_MIN``) is how many
+        rows the tail holds before the lists are rebuilt."""
         nonnegative = params.get("nonnegative", True)
         if not isinstance(nonnegative, bool):
             raise InvalidParameterError(f"nonnegative must be true or false; got {nonnegative!r}")
